@@ -1,0 +1,293 @@
+"""The commands as functions: find the target, assess it, act, return a result value.
+
+All file system and subprocess work is here or in the modules it calls; `cli` only renders.
+Writes happen under the environment's lock, in an order that leaves a recognisable state if the
+process dies between steps: backup, then manifest, then the target file (see docs/how-it-works.md).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+
+from fi_patcher import __version__
+from fi_patcher.assess import assess
+from fi_patcher.codemod import render_diff
+from fi_patcher.environment import PROBE_TIMEOUT, choose_python, compile_check, probe
+from fi_patcher.errors import Drifted, LayoutProblem, NotInstalled, StoreProblem, Unsupported
+from fi_patcher.installed import find_installed
+from fi_patcher.model import Assessment, Interpreter, ManifestEntry, Patch, State, Verdict
+from fi_patcher.registry import known_ranges
+from fi_patcher.store import Store, atomic_write, clear_bytecode, sha256_bytes
+
+
+@dataclass(frozen=True)
+class Target:
+    interpreter: Interpreter
+    chosen_by: str
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    action: str
+    """applied | already-applied | not-applicable | would-apply"""
+    assessment: Assessment
+    diff: str = ""
+    backup: Path | None = None
+    cleared_bytecode: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class RevertResult:
+    action: str
+    """reverted | nothing-to-revert | cleared-record"""
+    message: str
+    file: Path | None = None
+
+
+@dataclass(frozen=True)
+class _Inspection:
+    assessment: Assessment
+    source: bytes | None
+    entries: dict[str, ManifestEntry]
+    store: Store
+
+
+def open_target(
+    venv: Path | None,
+    python: Path | None,
+    environ: Mapping[str, str],
+    timeout: float = PROBE_TIMEOUT,
+) -> Target:
+    interpreter_path, chosen_by = choose_python(venv, python, environ)
+    return Target(probe(interpreter_path, timeout), chosen_by)
+
+
+def check(target: Target, patch: Patch) -> Assessment:
+    """The target's state. Reads only: takes no lock and creates nothing."""
+    return _inspect(target.interpreter, patch).assessment
+
+
+def apply(
+    target: Target,
+    patch: Patch,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    timeout: float = PROBE_TIMEOUT,
+) -> ApplyResult:
+    interpreter = target.interpreter
+    if dry_run:
+        return _apply(_inspect(interpreter, patch), interpreter, force, dry_run, timeout)
+    store = Store(interpreter.prefix)
+    with store.lock():
+        return _apply(_inspect(interpreter, patch), interpreter, force, dry_run, timeout)
+
+
+def revert(target: Target, patch: Patch, *, force: bool = False) -> RevertResult:
+    interpreter = target.interpreter
+    store = Store(interpreter.prefix)
+    if not store.root.exists():
+        return RevertResult("nothing-to-revert", "nothing to revert: fi-patch never patched here")
+    with store.lock():
+        entries = store.load()
+        entry = entries.get(patch.id)
+        if entry is None:
+            return RevertResult(
+                "nothing-to-revert", f"nothing to revert: {patch.id} is not applied here"
+            )
+        path = _entry_path(interpreter, entry)
+        installed = find_installed(interpreter, patch.distribution, patch.target)
+        if installed is not None and installed.version != entry.version:
+            _forget(store, entries, entry)
+            return RevertResult(
+                "cleared-record",
+                f"{entry.dist} {entry.version} was replaced by {installed.version} since "
+                "fi-patch patched it; nothing to restore, the record is cleared",
+                path,
+            )
+        current = _read(path)
+        if current is None and not force:
+            raise LayoutProblem(
+                f"{path} is missing",
+                remedy="reinstall FlashInfer, or pass --force to restore fi-patch's backup there",
+            )
+        sha = sha256_bytes(current) if current is not None else None
+        if sha == entry.sha256_before:
+            _forget(store, entries, entry)
+            return RevertResult(
+                "cleared-record",
+                "already the original bytes (a reinstall put them back); the record is cleared",
+                path,
+            )
+        if sha != entry.sha256_after and not force:
+            raise Drifted(
+                f"{path} changed since fi-patch wrote it (sha256 "
+                f"{(sha or 'missing')[:12]}…, fi-patch wrote {entry.sha256_after[:12]}…)",
+                remedy="look at the file; `fi-patch revert --force` restores the original "
+                "bytes anyway, overwriting whatever is there now",
+            )
+        original = store.read_backup(entry)
+        record = installed.file.record_sha256 if installed is not None else None
+        if record is not None and record != sha256_bytes(original):
+            raise StoreProblem(
+                f"the backup {entry.backup} does not match RECORD "
+                f"({record[:12]}…); refusing to restore it",
+                remedy="reinstall FlashInfer to get the original back: pip install "
+                f"--force-reinstall --no-deps {entry.dist}=={entry.version}",
+            )
+        mode = stat.S_IMODE(os.stat(path).st_mode) if current is not None else 0o644
+        atomic_write(path, original, mode=mode)
+        clear_bytecode(path)
+        _forget(store, entries, entry)
+        return RevertResult("reverted", f"restored the original bytes of {path}", path)
+
+
+def _apply(
+    inspection: _Inspection,
+    interpreter: Interpreter,
+    force: bool,
+    dry_run: bool,
+    timeout: float,
+) -> ApplyResult:
+    assessment = inspection.assessment
+    state = assessment.state
+    if state is State.NOT_INSTALLED:
+        raise NotInstalled(
+            f"{assessment.patch.distribution} is not installed in {interpreter.prefix}",
+            remedy="check that --venv names the environment your server runs in",
+        )
+    if state is State.NOT_APPLICABLE:
+        return ApplyResult("not-applicable", assessment)
+    if state is State.PATCHED:
+        return ApplyResult("already-applied", assessment)
+    forced = state is State.DRIFTED and force and assessment.patched_text is not None
+    if state is State.DRIFTED and not forced:
+        raise _refusal(assessment)
+    assert assessment.installed is not None and assessment.patched_text is not None
+    assert inspection.source is not None
+    path = assessment.installed.file.path
+    diff = render_diff(
+        inspection.source.decode("utf-8"), assessment.patched_text, assessment.patch.target
+    )
+    if dry_run:
+        return ApplyResult("would-apply", assessment, diff)
+    patched = assessment.patched_text.encode("utf-8")
+    compile_check(interpreter.python, patched, str(path), timeout)
+    store = inspection.store
+    backup = store.put_backup(inspection.source)
+    entries = dict(inspection.entries)
+    entries[assessment.patch.id] = _entry(
+        assessment, interpreter, inspection.source, patched, backup=backup, forced=forced
+    )
+    store.save(entries)
+    atomic_write(path, patched, mode=stat.S_IMODE(os.stat(path).st_mode))
+    cleared = clear_bytecode(path)
+    return ApplyResult("applied", assessment, diff, store.backups / backup, tuple(cleared))
+
+
+def _inspect(interpreter: Interpreter, patch: Patch) -> _Inspection:
+    store = Store(interpreter.prefix)
+    entries = store.load()
+    installed = find_installed(interpreter, patch.distribution, patch.target)
+    source = None
+    if installed is not None:
+        path = installed.file.path
+        if path.is_symlink():
+            raise LayoutProblem(
+                f"{path} is a symlink to {os.readlink(path)}; fi-patch does not write through "
+                "links",
+                remedy="reinstall FlashInfer so that the file is a regular file",
+            )
+        source = _read(path)
+    assessment = assess(patch, installed, source, entries.get(patch.id), __version__)
+    return _Inspection(assessment, source, entries, store)
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise LayoutProblem(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _refusal(assessment: Assessment) -> Drifted | Unsupported:
+    installed = assessment.installed
+    assert installed is not None
+    details = [
+        f"installed: {installed.name} {installed.version}",
+        f"file: {installed.file.path}",
+        f"known: {known_ranges(assessment.patch)}",
+    ]
+    if assessment.found is not None:
+        found = assessment.found
+        details.append(f"found at lines {found.start}-{found.end}:")
+        details.extend("    " + line for line in found.text.rstrip("\n").splitlines())
+    selection = assessment.selection
+    if selection is not None and selection.verdict is Verdict.UNKNOWN:
+        remedy = (
+            "`apply --force` patches an unknown version only where its function matches a "
+            "known shape exactly; otherwise install a release inside the known ranges"
+        )
+        return Unsupported(
+            f"refusing to patch: {assessment.reason}", remedy=remedy, details=tuple(details)
+        )
+    return Drifted(
+        f"refusing to patch: {assessment.reason}",
+        remedy="reinstall FlashInfer to get its original file back (pip install "
+        f"--force-reinstall --no-deps {installed.name}=={installed.version}), then apply again",
+        details=tuple(details),
+    )
+
+
+def _entry(
+    assessment: Assessment,
+    interpreter: Interpreter,
+    before: bytes,
+    after: bytes,
+    *,
+    backup: str,
+    forced: bool,
+) -> ManifestEntry:
+    installed = assessment.installed
+    assert installed is not None and assessment.shape is not None
+    site = os.path.relpath(installed.file.site_packages, interpreter.prefix)
+    return ManifestEntry(
+        patch_id=assessment.patch.id,
+        dist=installed.name,
+        version=installed.version,
+        shape=assessment.shape.name,
+        relpath=installed.file.relpath,
+        site_packages=PurePosixPath(Path(site)).as_posix(),
+        sha256_before=sha256_bytes(before),
+        sha256_after=sha256_bytes(after),
+        record_sha256=installed.file.record_sha256,
+        backup=backup,
+        fi_patch_version=__version__,
+        applied_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        forced=forced,
+    )
+
+
+def _entry_path(interpreter: Interpreter, entry: ManifestEntry) -> Path:
+    """The file a manifest entry names, refusing any path that leaves the environment."""
+    for part in (entry.site_packages, entry.relpath):
+        pure = PurePosixPath(part)
+        if pure.is_absolute() or ".." in pure.parts:
+            raise StoreProblem(f"the manifest names an unsafe path {part!r}; refusing to use it")
+    path = interpreter.prefix / entry.site_packages / entry.relpath
+    if not any(path.parent.is_relative_to(site) for site in interpreter.site_packages):
+        raise StoreProblem(f"the manifest names {path}, outside this environment's site-packages")
+    return path
+
+
+def _forget(store: Store, entries: dict[str, ManifestEntry], entry: ManifestEntry) -> None:
+    del entries[entry.patch_id]
+    store.save(entries)
+    store.drop_backup(entry.backup, entries)

@@ -1,0 +1,118 @@
+"""Decide the state of one target from facts already read: pure, no I/O.
+
+Three states come from matching, never from guessing: pristine (a known original, equal to RECORD),
+patched (exactly the bytes fi-patch wrote, per its manifest) and wiped (fi-patch patched it, and
+the original is back). Everything else is drifted, and the reason says what was seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fi_patcher.codemod import AlreadyApplied, Unrecognised, transform
+from fi_patcher.errors import LayoutProblem
+from fi_patcher.model import Assessment, Installed, ManifestEntry, Patch, State, Verdict
+from fi_patcher.registry import select
+from fi_patcher.store import sha256_bytes
+
+
+def assess(
+    patch: Patch,
+    installed: Installed | None,
+    source: bytes | None,
+    entry: ManifestEntry | None,
+    tool_version: str,
+) -> Assessment:
+    if installed is None:
+        return Assessment(
+            State.NOT_INSTALLED, f"{patch.distribution} is not installed", patch, entry=entry
+        )
+    selection = select(patch, installed.version)
+    facts = Assessment(
+        State.DRIFTED, "", patch, installed=installed, selection=selection, entry=entry
+    )
+    if selection.verdict is Verdict.NOT_APPLICABLE:
+        return replace(
+            facts,
+            state=State.NOT_APPLICABLE,
+            reason=f"not applicable: nothing to patch ({selection.reason})",
+        )
+    if source is None:
+        raise LayoutProblem(
+            f"{installed.file.path} is missing, but {patch.distribution} {installed.version} "
+            "ships it",
+            remedy="reinstall it: pip install --force-reinstall --no-deps "
+            f"{patch.distribution}=={installed.version}",
+        )
+    sha = sha256_bytes(source)
+    if entry is not None and sha == entry.sha256_after:
+        return replace(
+            facts,
+            state=State.PATCHED,
+            reason=f"patched by fi-patch {entry.fi_patch_version} at {entry.applied_at}",
+            shape=next((s for s in patch.shapes if s.name == entry.shape), None),
+            sha256=sha,
+        )
+    try:
+        text = source.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return replace(
+            facts, reason=f"{installed.file.path} is not UTF-8 ({exc.reason})", sha256=sha
+        )
+
+    unknown = selection.verdict is Verdict.UNKNOWN
+    shapes = patch.shapes if unknown else (selection.shape,) if selection.shape else ()
+    result = transform(text, patch, shapes, tool_version, structural=unknown)
+    if isinstance(result, Unrecognised):
+        return replace(facts, reason=result.reason, sha256=sha, found=result.found)
+    if isinstance(result, AlreadyApplied):
+        return replace(
+            facts,
+            state=State.DRIFTED,
+            reason=f"{patch.function} carries this patch, but fi-patch has no record of writing "
+            "these bytes here, so it cannot restore the original",
+            shape=result.shape,
+            sha256=sha,
+            found=result.found,
+        )
+    record = installed.file.record_sha256
+    if record is not None and sha != record:
+        return replace(
+            facts,
+            state=State.DRIFTED,
+            reason=f"{patch.function} is the original, but the file differs from RECORD elsewhere "
+            f"(sha256 {sha[:12]}…, RECORD {record[:12]}…)",
+            shape=result.shape,
+            sha256=sha,
+            found=result.found,
+        )
+    if unknown:
+        return replace(
+            facts,
+            state=State.DRIFTED,
+            reason=f"{selection.reason}; its {patch.function} matches shape {result.shape.name} "
+            "structurally, so `apply --force` can patch it",
+            shape=result.shape,
+            sha256=sha,
+            found=result.found,
+            patched_text=result.text,
+        )
+    if entry is not None:
+        return replace(
+            facts,
+            state=State.WIPED,
+            reason=f"fi-patch patched it at {entry.applied_at}; a reinstall put the original back",
+            shape=result.shape,
+            sha256=sha,
+            found=result.found,
+            patched_text=result.text,
+        )
+    return replace(
+        facts,
+        state=State.PRISTINE,
+        reason=f"FlashInfer's original {patch.function} (shape {result.shape.name}); needs apply",
+        shape=result.shape,
+        sha256=sha,
+        found=result.found,
+        patched_text=result.text,
+    )

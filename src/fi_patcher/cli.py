@@ -1,0 +1,359 @@
+"""The command line: parse, call `api`, render, and map errors to exit codes. Nothing else.
+
+The only module that imports typer or rich.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from fi_patcher import __version__, api
+from fi_patcher.environment import PROBE_TIMEOUT
+from fi_patcher.errors import ExitCode, FiPatchError, exit_code_for
+from fi_patcher.model import Assessment, Patch
+from fi_patcher.registry import load_patches
+
+JSON_SCHEMA_VERSION = 1
+
+app = typer.Typer(
+    name="fi-patch",
+    help=(
+        "Patch FlashInfer's get_cuda_version in a chosen environment so that "
+        "torch.compile(fullgraph=True) can trace it: torch.version.cuda first, nvcc only as "
+        "the fallback. Every command works on the environment you name, never on the "
+        "interpreter running fi-patch."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+Venv = Annotated[
+    Path | None,
+    typer.Option(
+        "--venv",
+        help="The target environment: a venv or conda prefix (holding bin/python). "
+        "Default: $VIRTUAL_ENV, then $CONDA_PREFIX.",
+        show_default=False,
+    ),
+]
+Python = Annotated[
+    Path | None,
+    typer.Option("--python", help="The target interpreter, instead of --venv.", show_default=False),
+]
+Timeout = Annotated[
+    float,
+    typer.Option("--timeout", help="Seconds to wait for the target interpreter.", min=1.0),
+]
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON document (docs/json.md).")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"fi-patch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
+    ] = False,
+) -> None:
+    """fi-patch: apply, check and revert FlashInfer's torch-first get_cuda_version."""
+
+
+@app.command("apply")
+def apply_command(
+    venv: Venv = None,
+    python: Python = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the diff and change nothing.")
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Patch a FlashInfer version outside every known range, but only where its "
+            "function matches a known shape exactly. Drifted files are never forced.",
+        ),
+    ] = False,
+    timeout: Timeout = PROBE_TIMEOUT,
+    as_json: Json = False,
+) -> None:
+    """Patch get_cuda_version in the target, keeping a byte-exact backup. Idempotent."""
+
+    def run(out: Console) -> int:
+        target = api.open_target(venv, python, os.environ, timeout)
+        documents = []
+        for patch in load_patches():
+            result = api.apply(target, patch, dry_run=dry_run, force=force, timeout=timeout)
+            documents.append(
+                {**_target_json(target, result.assessment), "action": result.action}
+                | ({"diff": result.diff} if result.diff else {})
+                | ({"backup": str(result.backup)} if result.backup else {})
+            )
+            if not as_json:
+                _render_apply(out, target, result)
+        return _finish(out, as_json, "apply", documents, ExitCode.OK)
+
+    _run(as_json, run)
+
+
+@app.command("revert")
+def revert_command(
+    venv: Venv = None,
+    python: Python = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Restore the backup even if the file changed since fi-patch wrote it."
+        ),
+    ] = False,
+    timeout: Timeout = PROBE_TIMEOUT,
+    as_json: Json = False,
+) -> None:
+    """Restore the original bytes from fi-patch's backup and clear its record."""
+
+    def run(out: Console) -> int:
+        target = api.open_target(venv, python, os.environ, timeout)
+        documents = []
+        for patch in load_patches():
+            result = api.revert(target, patch, force=force)
+            documents.append(
+                {
+                    "environment": str(target.interpreter.prefix),
+                    "patch": patch.id,
+                    "action": result.action,
+                    "message": result.message,
+                    "file": str(result.file) if result.file else None,
+                }
+            )
+            if not as_json:
+                style = "green" if result.action == "reverted" else "cyan"
+                out.print(Text(result.message, style=style))
+        return _finish(out, as_json, "revert", documents, ExitCode.OK)
+
+    _run(as_json, run)
+
+
+@app.command("check")
+def check_command(
+    venv: Venv = None,
+    python: Python = None,
+    timeout: Timeout = PROBE_TIMEOUT,
+    as_json: Json = False,
+) -> None:
+    """Say whether the target is pristine, patched, wiped by a reinstall, or drifted.
+
+    Exit 0 only when every target is patched or not-applicable; 3 when apply is needed; see
+    docs/exit-codes.md for the rest.
+    """
+
+    def run(out: Console) -> int:
+        target = api.open_target(venv, python, os.environ, timeout)
+        assessments = [api.check(target, patch) for patch in load_patches()]
+        worst = max((exit_code_for(a.state) for a in assessments), default=ExitCode.OK)
+        documents = [
+            {**_target_json(target, a), "exit_code": int(exit_code_for(a.state))}
+            for a in assessments
+        ]
+        if not as_json:
+            _render_check(out, target, assessments)
+        return _finish(out, as_json, "check", documents, worst)
+
+    _run(as_json, run)
+
+
+@app.command("list")
+def list_command(as_json: Json = False) -> None:
+    """Show the patches fi-patch knows, with their version ranges."""
+
+    def run(out: Console) -> int:
+        patches = load_patches()
+        if as_json:
+            out.print_json(data=_envelope("list", [_patch_json(p) for p in patches], ExitCode.OK))
+            return ExitCode.OK
+        for patch in patches:
+            table = Table(title=f"{patch.id}: {patch.summary}", title_justify="left")
+            table.add_column("shape")
+            table.add_column("versions")
+            table.add_column("what the released function does")
+            for shape in patch.shapes:
+                table.add_row(shape.name, str(shape.versions), shape.note)
+            table.add_row("-", str(patch.not_applicable), patch.not_applicable_reason)
+            out.print(table)
+            out.print(f"target: {patch.target} :: {patch.function}()")
+        return ExitCode.OK
+
+    _run(as_json, run)
+
+
+def main() -> None:
+    app()
+
+
+# --- rendering ----------------------------------------------------------------------------------
+
+
+def _run(as_json: bool, body: Callable[[Console], int]) -> NoReturn:
+    """Run a command body; the one place where fi-patch's errors become exit codes."""
+    out = Console(highlight=False, soft_wrap=True)
+    try:
+        code = body(out)
+    except FiPatchError as error:
+        if as_json:
+            out.print_json(data=_error_json(error))
+        else:
+            _render_error(Console(stderr=True, highlight=False, soft_wrap=True), error)
+        raise typer.Exit(int(error.exit_code)) from None
+    raise typer.Exit(code)
+
+
+def _finish(
+    out: Console, as_json: bool, command: str, documents: list[dict[str, Any]], code: int
+) -> int:
+    if as_json:
+        out.print_json(data=_envelope(command, documents, code))
+    return code
+
+
+def _envelope(command: str, documents: list[dict[str, Any]], code: int) -> dict[str, Any]:
+    return {
+        "schema": JSON_SCHEMA_VERSION,
+        "command": command,
+        "fi_patch_version": __version__,
+        "results": documents,
+        "exit_code": int(code),
+    }
+
+
+def _error_json(error: FiPatchError) -> dict[str, Any]:
+    return {
+        "schema": JSON_SCHEMA_VERSION,
+        "fi_patch_version": __version__,
+        "error": {
+            "kind": type(error).__name__,
+            "message": error.message,
+            "remedy": error.remedy,
+            "details": list(error.details),
+        },
+        "exit_code": int(error.exit_code),
+    }
+
+
+def _render_error(err: Console, error: FiPatchError) -> None:
+    err.print(Text("error: ", style="bold red") + Text(error.message))
+    for line in error.details:
+        err.print(Text("  " + line, style="dim"))
+    if error.remedy:
+        err.print(Text("fix: ", style="bold yellow") + Text(error.remedy))
+
+
+def _target_json(target: api.Target, a: Assessment) -> dict[str, Any]:
+    installed = a.installed
+    return {
+        "environment": str(target.interpreter.prefix),
+        "python": str(target.interpreter.python),
+        "patch": a.patch.id,
+        "distribution": a.patch.distribution,
+        "version": installed.version if installed else None,
+        "shape": a.shape.name if a.shape else None,
+        "file": str(installed.file.path) if installed else None,
+        "state": a.state.value,
+        "reason": a.reason,
+        "sha256": a.sha256,
+    }
+
+
+def _patch_json(patch: Patch) -> dict[str, Any]:
+    return {
+        "id": patch.id,
+        "summary": patch.summary,
+        "distribution": patch.distribution,
+        "target": patch.target,
+        "function": patch.function,
+        "shapes": [
+            {"name": s.name, "versions": str(s.versions), "note": s.note} for s in patch.shapes
+        ],
+        "not_applicable": {
+            "versions": str(patch.not_applicable),
+            "reason": patch.not_applicable_reason,
+        },
+    }
+
+
+def _describe_target(out: Console, target: api.Target, a: Assessment) -> None:
+    interpreter = target.interpreter
+    out.print(
+        f"environment {interpreter.prefix} (python {interpreter.python_version}, "
+        f"chosen by {target.chosen_by})"
+    )
+    if a.installed is not None:
+        shape = f", shape {a.shape.name}" if a.shape else ""
+        out.print(f"{a.installed.name} {a.installed.version}{shape}: {a.installed.file.path}")
+
+
+def _render_apply(out: Console, target: api.Target, result: api.ApplyResult) -> None:
+    a = result.assessment
+    _describe_target(out, target, a)
+    if result.diff:
+        _render_diff(out, result.diff)
+    messages = {
+        "applied": ("green", f"applied {a.patch.id}; original bytes kept in {result.backup}"),
+        "would-apply": ("yellow", "dry run: this diff would be applied; nothing was changed"),
+        "already-applied": ("green", f"already applied: {a.reason}"),
+        "not-applicable": ("cyan", a.reason),
+    }
+    style, message = messages[result.action]
+    out.print(Text(message, style=style))
+
+
+def _render_diff(out: Console, diff: str) -> None:
+    for line in diff.splitlines():
+        style = (
+            "bold"
+            if line.startswith(("+++", "---"))
+            else "green"
+            if line.startswith("+")
+            else "red"
+            if line.startswith("-")
+            else "cyan"
+            if line.startswith("@@")
+            else ""
+        )
+        out.print(Text(line, style=style))
+
+
+_STATE_STYLE = {
+    "patched": "green",
+    "not-applicable": "cyan",
+    "pristine": "yellow",
+    "wiped": "yellow",
+    "not-installed": "red",
+    "drifted": "bold red",
+}
+
+
+def _render_check(out: Console, target: api.Target, assessments: list[Assessment]) -> None:
+    table = Table()
+    for column in ("environment", "flashinfer", "shape", "patch", "state", "why"):
+        table.add_column(column)
+    for a in assessments:
+        table.add_row(
+            str(target.interpreter.prefix),
+            a.installed.version if a.installed else "-",
+            a.shape.name if a.shape else "-",
+            a.patch.id,
+            Text(a.state.value, style=_STATE_STYLE[a.state.value]),
+            a.reason,
+        )
+    out.print(table)

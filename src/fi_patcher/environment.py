@@ -1,0 +1,157 @@
+"""Find the target environment and ask its own interpreter about itself.
+
+fi-patch never imports the target's packages and never falls back to the interpreter running
+fi-patch: every fact about the target comes from a stdlib-only probe run by the target's python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fi_patcher.errors import EnvironmentProblem, UsageError
+from fi_patcher.model import Interpreter
+
+PROBE_TIMEOUT = 30.0
+_BEGIN = "<<<fi-patch-probe>>>"
+_END = "<<<fi-patch-probe-end>>>"
+
+
+def choose_python(
+    venv: Path | None, python: Path | None, environ: Mapping[str, str]
+) -> tuple[Path, str]:
+    """The target interpreter and where the choice came from, for messages."""
+    if venv is not None and python is not None:
+        raise UsageError("give --venv or --python, not both")
+    if python is not None:
+        return _absolute(python), "--python"
+    if venv is not None:
+        return interpreter_in(_absolute(venv)), "--venv"
+    for variable in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        if environ.get(variable):
+            return interpreter_in(_absolute(Path(environ[variable]))), f"${variable}"
+    raise UsageError(
+        "no target environment",
+        remedy="pass --venv DIR (a venv or conda prefix) or --python PATH, or activate the "
+        "environment; fi-patch never falls back to its own interpreter",
+    )
+
+
+def interpreter_in(prefix: Path) -> Path:
+    """The python of a venv or conda prefix. The path is kept unresolved: a venv's python is
+    often a symlink to the base interpreter, and only the link's location makes it the venv's."""
+    if not prefix.exists():
+        raise EnvironmentProblem(
+            f"no such environment: {prefix}",
+            remedy="check the path, or create it with `python -m venv` / `uv venv`",
+        )
+    if not prefix.is_dir():
+        raise EnvironmentProblem(f"{prefix} is not a directory, so it is not an environment")
+    for candidate in (prefix / "bin" / "python", prefix / "bin" / "python3"):
+        if candidate.exists():
+            return candidate
+    raise EnvironmentProblem(
+        f"{prefix} is not a Python environment: it has no bin/python",
+        remedy="point --venv at the folder that holds bin/python (a venv or conda prefix), "
+        "or pass the interpreter itself with --python",
+    )
+
+
+def probe(python: Path, timeout: float = PROBE_TIMEOUT) -> Interpreter:
+    """Run the probe in `python` and return what it said."""
+    script = resources.files("fi_patcher").joinpath("_probe.py").read_text(encoding="utf-8")
+    completed = run_target(python, ["-I", "-c", script], timeout=timeout, what="probe")
+    answer = _unframe(completed.stdout)
+    if completed.returncode != 0 or answer is None:
+        raise EnvironmentProblem(
+            f"the interpreter {python} could not run fi-patch's probe "
+            f"(exit status {completed.returncode})",
+            remedy="check that this interpreter starts: run it with --version",
+            details=_tail(completed.stderr),
+        )
+    return Interpreter(
+        python=python,
+        prefix=Path(answer["prefix"]),
+        base_prefix=Path(answer["base_prefix"]),
+        python_version=answer["version"],
+        site_packages=tuple(Path(p) for p in answer["site_packages"]),
+    )
+
+
+def compile_check(python: Path, source: bytes, filename: str, timeout: float) -> None:
+    """Compile `source` with the target's own interpreter, which is the one that will run it."""
+    code = "import sys; compile(sys.stdin.buffer.read(), sys.argv[1], 'exec', dont_inherit=True)"
+    completed = run_target(
+        python,
+        ["-I", "-S", "-c", code, filename],
+        timeout=timeout,
+        what="compile check",
+        stdin=source,
+    )
+    if completed.returncode != 0:
+        raise EnvironmentProblem(
+            f"the patched text of {filename} does not compile in {python}",
+            details=_tail(completed.stderr),
+        )
+
+
+def run_target(
+    python: Path,
+    arguments: list[str],
+    *,
+    timeout: float,
+    what: str,
+    stdin: bytes | None = None,
+) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "PYTHONUTF8": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        completed = subprocess.run(
+            [os.fspath(python), *arguments],
+            input=stdin,
+            capture_output=True,
+            timeout=timeout,
+            env=environ,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise EnvironmentProblem(
+            f"the interpreter {python} did not finish the {what} within {timeout:g} s",
+            remedy="check that the interpreter starts quickly, or raise --timeout",
+        ) from exc
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"cannot run the interpreter {python}: {exc.strerror or exc}",
+            remedy="check that it exists and is executable (a broken venv can be recreated "
+            "with `python -m venv --clear`)",
+        ) from exc
+    return subprocess.CompletedProcess(
+        completed.args,
+        completed.returncode,
+        completed.stdout.decode("utf-8", "replace"),
+        completed.stderr.decode("utf-8", "replace"),
+    )
+
+
+def _unframe(stdout: str) -> dict[str, Any] | None:
+    start = stdout.rfind(_BEGIN)
+    end = stdout.rfind(_END)
+    if start < 0 or end < start:
+        return None
+    try:
+        answer = json.loads(stdout[start + len(_BEGIN) : end])
+    except json.JSONDecodeError:
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+def _tail(text: str, lines: int = 6) -> tuple[str, ...]:
+    return tuple(text.strip().splitlines()[-lines:])
+
+
+def _absolute(path: Path) -> Path:
+    return Path(os.path.abspath(path))

@@ -1,0 +1,99 @@
+"""One error hierarchy, and the one table that maps it to exit codes.
+
+Every error a person can meet is a ``FiPatchError`` with a message (what happened and where) and a
+remedy (what to do). Only ``cli.main`` catches them; anything else is a bug and exits 1.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from fi_patcher.model import State
+
+
+class ExitCode(enum.IntEnum):
+    """Exit codes of every command. docs/exit-codes.md is checked against this table by a test."""
+
+    OK = 0
+    """Done: applied, already applied, reverted, nothing to do, or every target is fine."""
+    INTERNAL = 1
+    """A bug in fi-patch: please report it with the traceback."""
+    USAGE = 2
+    """Bad command-line usage (also Typer's own code for it)."""
+    NEEDS_APPLY = 3
+    """check: FlashInfer is pristine or a reinstall wiped the patch; `fi-patch apply` fixes it."""
+    NOT_INSTALLED = 4
+    """flashinfer-python is not installed in the target environment."""
+    ENVIRONMENT = 5
+    """The target environment cannot be found or its interpreter cannot be run."""
+    UNSUPPORTED = 6
+    """apply: the installed FlashInfer version is outside every known range."""
+    DRIFTED = 7
+    """The target file is neither FlashInfer's original nor fi-patch's patched text."""
+    LAYOUT = 8
+    """The installation cannot be patched safely: editable, duplicated, or missing its file."""
+    STORE = 9
+    """fi-patch's own records (manifest, backup) are unreadable, newer, or fail their hash check."""
+    WRITE = 10
+    """A file could not be written (permissions, disk full) or the environment lock was busy."""
+
+
+class FiPatchError(Exception):
+    """Root of every error fi-patch reports to a person."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, message: str, *, remedy: str | None = None, details: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.message = message
+        self.remedy = remedy
+        self.details = details
+
+
+class UsageError(FiPatchError):
+    exit_code = ExitCode.USAGE
+
+
+class EnvironmentProblem(FiPatchError):
+    """The target environment is missing, not an environment, or its interpreter fails."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class NotInstalled(FiPatchError):
+    exit_code = ExitCode.NOT_INSTALLED
+
+
+class Unsupported(FiPatchError):
+    exit_code = ExitCode.UNSUPPORTED
+
+
+class Drifted(FiPatchError):
+    exit_code = ExitCode.DRIFTED
+
+
+class LayoutProblem(FiPatchError):
+    exit_code = ExitCode.LAYOUT
+
+
+class StoreProblem(FiPatchError):
+    exit_code = ExitCode.STORE
+
+
+class WriteFailed(FiPatchError):
+    exit_code = ExitCode.WRITE
+
+
+def exit_code_for(state: State) -> ExitCode:
+    """`check`'s exit code for one target: 0 only where nothing needs doing."""
+    return _STATE_EXIT[state]
+
+
+_STATE_EXIT = {
+    State.PATCHED: ExitCode.OK,
+    State.NOT_APPLICABLE: ExitCode.OK,
+    State.PRISTINE: ExitCode.NEEDS_APPLY,
+    State.WIPED: ExitCode.NEEDS_APPLY,
+    State.NOT_INSTALLED: ExitCode.NOT_INSTALLED,
+    State.DRIFTED: ExitCode.DRIFTED,
+}
