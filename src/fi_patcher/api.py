@@ -81,10 +81,12 @@ def apply(
     timeout: float = PROBE_TIMEOUT,
 ) -> ApplyResult:
     interpreter = target.interpreter
-    if dry_run:
-        return _apply(_inspect(interpreter, patch), interpreter, force, dry_run, timeout)
-    store = Store(interpreter.prefix)
-    with store.lock():
+    inspection = _inspect(interpreter, patch)
+    if dry_run or not _writes(inspection.assessment, force):
+        # Nothing to write: answer without taking the lock, which would create the store.
+        return _apply(inspection, interpreter, force, dry_run, timeout)
+    with inspection.store.lock():
+        # Look again under the lock: another fi-patch may have written meanwhile.
         return _apply(_inspect(interpreter, patch), interpreter, force, dry_run, timeout)
 
 
@@ -165,9 +167,9 @@ def _apply(
         return ApplyResult("not-applicable", assessment)
     if state is State.PATCHED:
         return ApplyResult("already-applied", assessment)
-    forced = state is State.DRIFTED and force and assessment.patched_text is not None
-    if state is State.DRIFTED and not forced:
+    if not _writes(assessment, force):
         raise _refusal(assessment)
+    forced = state is State.DRIFTED
     assert assessment.installed is not None and assessment.patched_text is not None
     assert inspection.source is not None
     path = assessment.installed.file.path
@@ -188,6 +190,13 @@ def _apply(
     atomic_write(path, patched, mode=stat.S_IMODE(os.stat(path).st_mode))
     cleared = clear_bytecode(path)
     return ApplyResult("applied", assessment, diff, store.backups / backup, tuple(cleared))
+
+
+def _writes(assessment: Assessment, force: bool) -> bool:
+    """Whether apply would write: pristine or wiped, or forced onto an unknown version."""
+    if assessment.state in (State.PRISTINE, State.WIPED):
+        return True
+    return assessment.state is State.DRIFTED and force and assessment.patched_text is not None
 
 
 def _inspect(interpreter: Interpreter, patch: Patch) -> _Inspection:

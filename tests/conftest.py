@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.support.releases import RELEASES, released_text
+from tests.support.venvs import clone, create_venv, install, target_file
+
+MakeVenv = Callable[[str], Path]
+
+
+@pytest.fixture(scope="session")
+def _templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return {}
+
+
+@pytest.fixture(scope="session")
+def template(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Path]) -> MakeVenv:
+    """The session's venv holding one release, built on first use. Never modify it."""
+
+    def get(version: str) -> Path:
+        if version not in _templates:
+            release = RELEASES[version]
+            path = create_venv(tmp_path_factory.mktemp(f"template-{version}") / "venv")
+            install(path, release)
+            _templates[version] = path
+        path = _templates[version]
+        # A test that wrote through a hardlink would have changed every clone: catch it here.
+        original = hashlib.sha256(released_text(RELEASES[version])).hexdigest()
+        assert hashlib.sha256(target_file(path).read_bytes()).hexdigest() == original
+        return path
+
+    return get
+
+
+@pytest.fixture
+def venv_with(template: MakeVenv, tmp_path: Path) -> MakeVenv:
+    """A venv of this test's own holding `version`, hardlinked to the session's template."""
+
+    def make(version: str) -> Path:
+        return clone(template(version), tmp_path / f"venv-{version}")
+
+    return make
+
+
+@pytest.fixture
+def empty_venv(tmp_path: Path) -> Path:
+    return create_venv(tmp_path / "empty")
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner(env={"VIRTUAL_ENV": None, "CONDA_PREFIX": None, "NO_COLOR": "1"})

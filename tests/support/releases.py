@@ -1,0 +1,124 @@
+"""Real FlashInfer releases, downloaded from the package registry at test time and cached.
+
+Nothing of FlashInfer is committed: the files come from PyPI's simple index (PEP 691 JSON), are
+checked against the sha256 the index publishes, and are kept in $FI_PATCH_TEST_CACHE (default
+~/.cache/fi-patch-tests) so that later runs need no network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tarfile
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+INDEX = "https://pypi.org/simple/flashinfer-python/"
+CACHE = Path(os.environ.get("FI_PATCH_TEST_CACHE", Path.home() / ".cache" / "fi-patch-tests"))
+TARGET = "flashinfer/jit/cpp_ext.py"
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    kind: str
+    """wheel | sdist: shape-A and 0.4.x releases were published as sdists only."""
+    shape: str | None
+    """A or B where the registry patches it, None where it does not."""
+    def_line: int | None = None
+    """Line of `def get_cuda_version` in the released cpp_ext.py."""
+    file_sha256_prefix: str | None = None
+    """sha256[:12] of the released cpp_ext.py, from ../shared/research/flashinfer.md."""
+
+    @property
+    def filename(self) -> str:
+        stem = f"flashinfer_python-{self.version}"
+        return f"{stem}-py3-none-any.whl" if self.kind == "wheel" else f"{stem}.tar.gz"
+
+
+RELEASES = {
+    r.version: r
+    for r in (
+        Release("0.2.13", "sdist", None, None, "c6285f2c446b"),
+        Release("0.2.14", "sdist", None, None, "34153e8a87df"),
+        Release("0.2.14.post1", "sdist", "A", 26, "161ddb1906db"),
+        Release("0.3.1.post1", "sdist", "A", 38, "7d2448f60f32"),
+        Release("0.4.0", "sdist", "B", 59, "81a4bc7476d9"),
+        Release("0.5.0", "wheel", "B", 64, "78e065fa92fb"),
+        Release("0.6.18.post1", "wheel", "B", 68, "c2ebe90fa1dd"),
+        Release("0.7.4", "wheel", "B", 68, "6cc6c732ac5b"),
+        # A real pre-release: outside every range, yet its function is shape B.
+        Release("0.6.0rc1", "wheel", None, 64, None),
+    )
+}
+
+
+@cache
+def _index() -> dict[str, dict[str, object]]:
+    request = urllib.request.Request(
+        INDEX, headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        files = json.load(response)["files"]
+    return {f["filename"]: f for f in files}
+
+
+def fetch(release: Release) -> Path:
+    """The release's file, from the cache or the registry, verified by its sha256."""
+    folder = CACHE / "dists"
+    path = folder / release.filename
+    digest_path = path.with_name(path.name + ".sha256")
+    if path.exists() and digest_path.exists():
+        if _sha256(path.read_bytes()) == digest_path.read_text().strip():
+            return path
+    entry = _index()[release.filename]
+    expected = entry["hashes"]["sha256"]  # type: ignore[index]
+    with urllib.request.urlopen(str(entry["url"]), timeout=300) as response:
+        data = response.read()
+    if _sha256(data) != expected:
+        raise RuntimeError(f"{release.filename}: sha256 differs from the index's")
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".part")
+    temporary.write_bytes(data)
+    temporary.replace(path)
+    digest_path.write_text(expected + "\n")
+    return path
+
+
+def released_text(release: Release) -> bytes:
+    """The exact bytes of cpp_ext.py in the released file."""
+    return released_files(release)[TARGET]
+
+
+@cache
+def released_files(release: Release) -> dict[str, bytes]:
+    """Every regular file of the `flashinfer/` package in the release, by its path."""
+    archive = fetch(release)
+    files: dict[str, bytes] = {}
+    if release.kind == "wheel":
+        with zipfile.ZipFile(archive) as wheel:
+            for name in wheel.namelist():
+                if name.startswith("flashinfer/") and not name.endswith("/"):
+                    files[name] = wheel.read(name)
+        return files
+    with tarfile.open(archive) as sdist:
+        root = f"flashinfer_python-{release.version}/"
+        for member in sdist.getmembers():
+            if member.isfile() and member.name.startswith(root + "flashinfer/"):
+                handle = sdist.extractfile(member)
+                assert handle is not None
+                files[member.name.removeprefix(root)] = handle.read()
+            elif member.isfile() and member.name == root + "PKG-INFO":
+                handle = sdist.extractfile(member)
+                assert handle is not None
+                files["PKG-INFO"] = handle.read()
+    return files
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+

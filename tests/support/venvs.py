@@ -1,0 +1,107 @@
+"""Real virtual environments holding real FlashInfer releases.
+
+Wheels are installed for real, by pip (`pip --python`, so the venv itself needs no pip). The
+sdist-only releases (shape A, 0.4.x) cannot be built without torch and a CUDA-era toolchain, so
+their venvs are assembled from the sdist's own `flashinfer/` files and its real PKG-INFO as
+METADATA, with a RECORD computed the way pip writes one. A wheel built from such an sdist has a
+byte-identical cpp_ext.py (../shared/research/flashinfer.md), so the hashes are the same.
+
+Each release is installed once per test session into a template; a test gets a clone whose files
+are hardlinks to the template's, the way uv links site-packages to its cache. fi-patch must never
+write through such a link, and the tests would see it: every template file is checked against its
+release's hash.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import venv as venv_module
+from pathlib import Path
+
+from tests.support.releases import TARGET, Release, fetch, released_files
+
+
+def create_venv(path: Path) -> Path:
+    """A venv without pip, as `uv venv` makes them."""
+    venv_module.EnvBuilder(with_pip=False, symlinks=True).create(path)
+    return path
+
+
+def python_of(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def site_packages(venv: Path) -> Path:
+    found = sorted((venv / "lib").glob("python3*/site-packages"))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def install(venv: Path, release: Release) -> None:
+    if release.kind == "wheel":
+        pip(venv, "install", "--no-deps", "--no-index", str(fetch(release)))
+    else:
+        install_from_sdist(venv, release)
+
+
+def pip(venv: Path, *arguments: str) -> None:
+    """Run the test interpreter's pip against `venv`'s interpreter."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python_of(venv)), "-q", *arguments],
+        check=True,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
+
+
+def install_from_sdist(venv: Path, release: Release) -> None:
+    site = site_packages(venv)
+    files = released_files(release)
+    rows = []
+    for name, data in sorted(files.items()):
+        if name == "PKG-INFO":
+            continue
+        destination = site / name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        destination.write_bytes(data)
+        rows.append(_record_row(name, data))
+    info_name = f"flashinfer_python-{release.version}.dist-info"
+    info = site / info_name
+    info.mkdir()
+    metadata = {"METADATA": files["PKG-INFO"], "INSTALLER": b"fi-patch-tests\n"}
+    for name, data in metadata.items():
+        (info / name).write_bytes(data)
+        rows.append(_record_row(f"{info_name}/{name}", data))
+    rows.append((f"{info_name}/RECORD", "", ""))
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    (info / "RECORD").write_text(buffer.getvalue())
+
+
+def _record_row(name: str, data: bytes) -> tuple[str, str, str]:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return name, f"sha256={digest}", str(len(data))
+
+
+def clone(template: Path, destination: Path) -> Path:
+    """A copy of `template` whose files are hardlinks to the template's."""
+    shutil.copytree(template, destination, symlinks=True, copy_function=os.link)
+    return destination
+
+
+def replace_bytes(path: Path, data: bytes) -> None:
+    """Change a file the safe way (a new inode), so that a test never edits a template."""
+    temporary = path.with_name(path.name + ".test-tmp")
+    temporary.write_bytes(data)
+    os.chmod(temporary, path.stat().st_mode & 0o7777)
+    temporary.replace(path)
+
+
+def target_file(venv: Path) -> Path:
+    return site_packages(venv) / TARGET
