@@ -22,19 +22,30 @@ def _templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def template(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Path]) -> MakeVenv:
     """The session's venv holding one release, built on first use. Never modify it."""
 
+    _fingerprints: dict[str, dict[str, str]] = {}
+
     def get(version: str) -> Path:
         if version not in _templates:
             release = RELEASES[version]
             path = create_venv(tmp_path_factory.mktemp(f"template-{version}") / "venv")
             install(path, release)
             _templates[version] = path
+            _fingerprints[version] = _fingerprint(path)
         path = _templates[version]
         # A test that wrote through a hardlink would have changed every clone: catch it here.
         original = hashlib.sha256(released_text(RELEASES[version])).hexdigest()
         assert hashlib.sha256(target_file(path).read_bytes()).hexdigest() == original
+        assert _fingerprint(path) == _fingerprints[version]
         return path
 
     return get
+
+
+def _fingerprint(venv: Path) -> dict[str, str]:
+    """Hashes of the files a test might be tempted to edit: metadata and the target."""
+    site = target_file(venv).parents[2]
+    paths = [target_file(venv), *sorted(site.glob("flashinfer_python-*.dist-info/*"))]
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file()}
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,9 @@ def sha256(path: Path) -> str:
 
 
 @pytest.mark.parametrize("version", PATCHABLE)
-def test_apply_check_revert_round_trip(runner: CliRunner, venv_with: MakeVenv, version: str) -> None:
+def test_apply_check_revert_round_trip(
+    runner: CliRunner, venv_with: MakeVenv, version: str
+) -> None:
     venv = venv_with(version)
     path = target_file(venv)
     original = released_text(RELEASES[version])
@@ -58,7 +61,7 @@ def test_apply_check_revert_round_trip(runner: CliRunner, venv_with: MakeVenv, v
 
     applied = fi_patch(runner, "apply", "--venv", venv)
     assert applied.code == ExitCode.OK, applied.stderr
-    assert f"applied cuda-version-torch-first" in applied.text
+    assert "applied cuda-version-torch-first" in applied.text
     assert path.read_bytes() == expected(version).encode("utf-8")
     assert planned["diff"] in applied.stdout.replace("\r", "")
     assert state_of(runner, venv) == ("patched", ExitCode.OK)
@@ -102,8 +105,6 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     (backup,) = (store / "backups").iterdir()
     assert backup.read_bytes() == original
     assert backup.name == hashlib.sha256(original).hexdigest() + ".py"
-    import json
-
     manifest = json.loads((store / "manifest.json").read_text())
     assert manifest["schema"] == 1
     (entry,) = manifest["entries"]

@@ -70,5 +70,5 @@ def test_pre_release_carries_shape_b_but_is_not_selected() -> None:
 
 
 def test_malformed_patch_file_is_reported_with_its_name() -> None:
-    with pytest.raises(RegistryError, match="broken.toml"):
+    with pytest.raises(RegistryError, match=r"broken\.toml"):
         parse_patch("broken.toml", 'id = "x"\n')

@@ -344,16 +344,21 @@ _STATE_STYLE = {
 
 
 def _render_check(out: Console, target: api.Target, assessments: list[Assessment]) -> None:
-    table = Table()
-    for column in ("environment", "flashinfer", "shape", "patch", "state", "why"):
+    interpreter = target.interpreter
+    out.print(
+        f"environment {interpreter.prefix} (python {interpreter.python_version}, "
+        f"chosen by {target.chosen_by})"
+    )
+    table = Table(box=None, pad_edge=False)
+    for column in ("patch", "flashinfer", "shape", "state"):
         table.add_column(column)
     for a in assessments:
         table.add_row(
-            str(target.interpreter.prefix),
+            a.patch.id,
             a.installed.version if a.installed else "-",
             a.shape.name if a.shape else "-",
-            a.patch.id,
             Text(a.state.value, style=_STATE_STYLE[a.state.value]),
-            a.reason,
         )
     out.print(table)
+    for a in assessments:
+        out.print(Text(f"{a.patch.id}: {a.reason}", style="dim"))

@@ -72,9 +72,12 @@ def fetch(release: Release) -> Path:
     folder = CACHE / "dists"
     path = folder / release.filename
     digest_path = path.with_name(path.name + ".sha256")
-    if path.exists() and digest_path.exists():
-        if _sha256(path.read_bytes()) == digest_path.read_text().strip():
-            return path
+    if (
+        path.exists()
+        and digest_path.exists()
+        and _sha256(path.read_bytes()) == digest_path.read_text().strip()
+    ):
+        return path
     entry = _index()[release.filename]
     expected = entry["hashes"]["sha256"]  # type: ignore[index]
     with urllib.request.urlopen(str(entry["url"]), timeout=300) as response:
@@ -121,4 +124,3 @@ def released_files(release: Release) -> dict[str, bytes]:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-

@@ -99,7 +99,8 @@ def replace_bytes(path: Path, data: bytes) -> None:
     """Change a file the safe way (a new inode), so that a test never edits a template."""
     temporary = path.with_name(path.name + ".test-tmp")
     temporary.write_bytes(data)
-    os.chmod(temporary, path.stat().st_mode & 0o7777)
+    if path.exists():
+        os.chmod(temporary, path.stat().st_mode & 0o7777)
     temporary.replace(path)
 
 

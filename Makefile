@@ -1,0 +1,29 @@
+# The one entry point for developers and CI. Every target sets up what it needs itself.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: dev test lint demo clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+dev: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest --cov --cov-branch --cov-report=term
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check src tests patches
+	$(BIN)/ruff check src tests patches
+	$(BIN)/mypy
+
+demo: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh build/demo-venv
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache .coverage

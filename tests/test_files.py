@@ -1,0 +1,288 @@
+"""What apply and revert do to files: links, bytecode, modes, reinstalls, drift, forcing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from fi_patcher.errors import ExitCode
+from tests.conftest import MakeVenv
+from tests.support.cli import fi_patch, state_of
+from tests.support.releases import RELEASES, fetch, released_text
+from tests.support.venvs import pip, python_of, replace_bytes, site_packages, target_file
+from tests.test_codemod import expected
+
+WHICH_CODE = """
+import importlib.machinery, sys
+path = sys.argv[1]
+name = "flashinfer.jit.cpp_ext"
+code = importlib.machinery.SourceFileLoader(name, path).get_code(name)
+fresh = compile(open(path, "rb").read(), path, "exec", dont_inherit=True)
+print("current" if code == fresh else "stale")
+"""
+
+
+def code_seen(venv: Path) -> str:
+    """What a fresh interpreter in the venv runs for cpp_ext.py: its source or stale bytecode."""
+    completed = subprocess.run(
+        [python_of(venv), "-c", WHICH_CODE, target_file(venv)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return completed.stdout.strip()
+
+
+def compile_unchecked(venv: Path) -> None:
+    subprocess.run(
+        [
+            python_of(venv),
+            "-m",
+            "compileall",
+            "-q",
+            "-f",
+            "--invalidation-mode",
+            "unchecked-hash",
+            target_file(venv),
+        ],
+        check=True,
+    )
+
+
+def test_hardlinked_twin_keeps_the_original_bytes(
+    runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
+) -> None:
+    venv = venv_with("0.7.4")
+    path = target_file(venv)
+    twin = tmp_path / "twin.py"
+    os.link(path, twin)
+    original = twin.read_bytes()
+    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert twin.read_bytes() == original
+    assert path.stat().st_ino != twin.stat().st_ino
+    assert path.read_bytes() == expected("0.7.4").encode()
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert twin.read_bytes() == original == path.read_bytes()
+
+
+def test_unchecked_hash_bytecode_does_not_hide_the_patch(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.5.0")
+    path = target_file(venv)
+    original = path.read_bytes()
+    compile_unchecked(venv)
+    assert code_seen(venv) == "current"
+    # The hazard, shown without fi-patch: a changed source behind an unchecked-hash pyc is ignored.
+    replace_bytes(path, expected("0.5.0").encode())
+    assert code_seen(venv) == "stale"
+    replace_bytes(path, original)
+    compile_unchecked(venv)
+
+    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert code_seen(venv) == "current"
+    assert not list((path.parent / "__pycache__").glob("cpp_ext.*.pyc"))
+    compile_unchecked(venv)
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert code_seen(venv) == "current"
+
+
+def test_file_mode_is_kept(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    path = target_file(venv)
+    replace_bytes(path, path.read_bytes())  # a file of this test's own before chmod
+    path.chmod(0o640)
+    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert path.stat().st_mode & 0o7777 == 0o640
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert path.stat().st_mode & 0o7777 == 0o640
+
+
+def test_reinstall_wipes_the_patch_and_apply_restores_it(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.6.18.post1")
+    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    pip(
+        venv,
+        "install",
+        "--force-reinstall",
+        "--no-deps",
+        "--no-index",
+        str(fetch(RELEASES["0.6.18.post1"])),
+    )
+    assert target_file(venv).read_bytes() == released_text(RELEASES["0.6.18.post1"])
+    assert state_of(runner, venv) == ("wiped", ExitCode.NEEDS_APPLY)
+
+    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert state_of(runner, venv) == ("patched", ExitCode.OK)
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert target_file(venv).read_bytes() == released_text(RELEASES["0.6.18.post1"])
+
+
+def test_revert_after_reinstall_only_clears_the_record(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.5.0")
+    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    pip(
+        venv,
+        "install",
+        "--force-reinstall",
+        "--no-deps",
+        "--no-index",
+        str(fetch(RELEASES["0.5.0"])),
+    )
+    run = fi_patch(runner, "revert", "--venv", venv)
+    assert run.code == ExitCode.OK
+    assert "already the original bytes" in run.text
+    assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
+
+
+def test_edited_function_is_drift_and_apply_refuses_with_evidence(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.7.4")
+    path = target_file(venv)
+    edited = path.read_bytes().replace(b'"bin/nvcc"', b'"bin/nvcc-12.8"', 1)
+    replace_bytes(path, edited)
+    assert state_of(runner, venv) == ("drifted", ExitCode.DRIFTED)
+
+    run = fi_patch(runner, "apply", "--venv", venv)
+    assert run.code == ExitCode.DRIFTED
+    assert "refusing to patch" in run.text
+    assert "installed: flashinfer-python 0.7.4" in run.text
+    assert "found at lines 67-87" in run.text
+    assert "bin/nvcc-12.8" in run.text
+    assert "shape B >=0.4.0,<=0.7.4" in run.text.replace("<=0.7.4,>=0.4.0", ">=0.4.0,<=0.7.4")
+    assert path.read_bytes() == edited
+    forced = fi_patch(runner, "apply", "--venv", venv, "--force")
+    assert forced.code == ExitCode.DRIFTED
+    assert path.read_bytes() == edited
+
+
+def test_edit_elsewhere_in_the_file_is_drift_against_record(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.7.4")
+    replace_bytes(target_file(venv), target_file(venv).read_bytes() + b"# local edit\n")
+    check = fi_patch(runner, "check", "--venv", venv, "--json")
+    assert check.code == ExitCode.DRIFTED
+    assert "differs from RECORD" in check.json["results"][0]["reason"]
+
+
+def test_revert_refuses_a_file_changed_after_apply_unless_forced(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.5.0")
+    path = target_file(venv)
+    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    changed = path.read_bytes() + b"# changed by hand\n"
+    replace_bytes(path, changed)
+    assert state_of(runner, venv) == ("drifted", ExitCode.DRIFTED)
+
+    refused = fi_patch(runner, "revert", "--venv", venv)
+    assert refused.code == ExitCode.DRIFTED
+    assert "changed since fi-patch wrote it" in refused.text
+    assert "--force" in refused.text
+    assert path.read_bytes() == changed
+
+    forced = fi_patch(runner, "revert", "--venv", venv, "--force")
+    assert forced.code == ExitCode.OK
+    assert path.read_bytes() == released_text(RELEASES["0.5.0"])
+
+
+def test_patched_file_without_a_record_is_drift(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    shutil.rmtree(venv / ".fi-patch")
+    check = fi_patch(runner, "check", "--venv", venv, "--json")
+    assert check.code == ExitCode.DRIFTED
+    assert "no record" in check.json["results"][0]["reason"]
+
+
+def test_unknown_version_is_refused_and_force_needs_a_known_shape(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.6.0rc1")
+    path = target_file(venv)
+    original = path.read_bytes()
+    check = fi_patch(runner, "check", "--venv", venv, "--json")
+    assert check.code == ExitCode.DRIFTED
+    assert "outside every known range" in check.json["results"][0]["reason"]
+
+    refused = fi_patch(runner, "apply", "--venv", venv)
+    assert refused.code == ExitCode.UNSUPPORTED
+    assert "0.6.0rc1 is outside every known range" in refused.text
+    assert path.read_bytes() == original
+
+    forced = fi_patch(runner, "apply", "--venv", venv, "--force", "--json")
+    assert forced.code == ExitCode.OK
+    assert forced.json["results"][0]["action"] == "applied"
+    assert state_of(runner, venv) == ("patched", ExitCode.OK)
+    manifest = json.loads((venv / ".fi-patch" / "manifest.json").read_text())
+    assert manifest["entries"][0]["forced"] is True
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert path.read_bytes() == original
+
+
+def test_unknown_version_with_changed_function_is_refused_even_forced(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.6.0rc1")
+    path = target_file(venv)
+    edited = path.read_bytes().replace(b"return Version(matches[0])", b"return Version('1.0')")
+    replace_bytes(path, edited)
+    run = fi_patch(runner, "apply", "--venv", venv, "--force")
+    assert run.code == ExitCode.UNSUPPORTED
+    assert path.read_bytes() == edited
+
+
+def test_uv_venv_without_pip_and_uv_cache_links(runner: CliRunner, tmp_path: Path) -> None:
+    """A venv made by uv, FlashInfer installed by uv, whose files are hardlinks into uv's cache."""
+    uv = Path(sys.executable).parent / "uv"
+    cache = tmp_path / "uv-cache"
+    environ = {
+        **os.environ,
+        "UV_CACHE_DIR": str(cache),
+        "UV_PYTHON_DOWNLOADS": "never",
+        "UV_LINK_MODE": "hardlink",
+        "UV_OFFLINE": "1",
+    }
+    venv = tmp_path / "uv-venv"
+    base = os.path.realpath(sys.executable)
+    subprocess.run([uv, "venv", "-q", "--python", base, venv], check=True, env=environ)
+    assert not (venv / "bin" / "pip").exists()
+    subprocess.run(
+        [
+            uv,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            python_of(venv),
+            "--no-deps",
+            fetch(RELEASES["0.5.0"]),
+        ],
+        check=True,
+        env=environ,
+    )
+    path = target_file(venv)
+    cached = [p for p in cache.rglob("cpp_ext.py") if p.stat().st_ino == path.stat().st_ino]
+    assert cached, "uv did not hardlink the file from its cache"
+    original = path.read_bytes()
+
+    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert cached[0].read_bytes() == original
+    assert state_of(runner, venv) == ("patched", ExitCode.OK)
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert path.read_bytes() == original
+    assert hashlib.sha256(original).hexdigest()[:12] == RELEASES["0.5.0"].file_sha256_prefix
+    assert site_packages(venv) == path.parents[2]

@@ -1,0 +1,76 @@
+"""The real, installed `fi-patch`: a non-editable wheel in a fresh venv, run as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fi_patcher import __version__
+from fi_patcher.errors import ExitCode
+from tests.conftest import MakeVenv
+from tests.support.venvs import target_file
+from tests.test_codemod import expected
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def installed_tool(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv with fi-patch installed from its wheel, as `pipx install .` would do."""
+    folder = tmp_path_factory.mktemp("tool")
+    wheels = folder / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, ROOT], check=True
+    )
+    (wheel,) = wheels.glob("fi_patch-*.whl")
+    tool = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", tool], check=True)
+    subprocess.run([tool / "bin" / "python", "-m", "pip", "install", "-q", wheel], check=True)
+    return tool
+
+
+def run(*command: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(c) for c in command], capture_output=True, text=True, cwd=cwd, check=False
+    )
+
+
+def test_wheel_ships_the_patches_and_runs(installed_tool: Path, tmp_path: Path) -> None:
+    version = run(installed_tool / "bin" / "fi-patch", "--version", cwd=tmp_path)
+    assert version.returncode == 0
+    assert version.stdout.strip() == f"fi-patch {__version__}"
+    listing = run(installed_tool / "bin" / "fi-patch", "list", "--json", cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    (patch,) = json.loads(listing.stdout)["results"]
+    assert patch["id"] == "cuda-version-torch-first"
+    assert [s["name"] for s in patch["shapes"]] == ["A", "B"]
+
+
+def test_installed_tool_patches_another_venv(
+    installed_tool: Path, venv_with: MakeVenv, tmp_path: Path
+) -> None:
+    venv = venv_with("0.7.4")
+    module = [installed_tool / "bin" / "python", "-m", "fi_patcher"]
+    check = run(*module, "check", "--venv", venv, "--json", cwd=tmp_path)
+    assert check.returncode == ExitCode.NEEDS_APPLY, check.stderr
+    assert json.loads(check.stdout)["results"][0]["state"] == "pristine"
+
+    apply = run(installed_tool / "bin" / "fi-patch", "apply", "--venv", venv, cwd=tmp_path)
+    assert apply.returncode == 0, apply.stderr
+    assert target_file(venv).read_bytes() == expected("0.7.4").encode()
+    assert "\x1b[" not in apply.stdout, "colour codes in a pipe"
+
+    check = run(*module, "check", "--venv", venv, cwd=tmp_path)
+    assert check.returncode == ExitCode.OK
+    assert "patched" in check.stdout
+
+
+def test_help_answers_the_question(installed_tool: Path, tmp_path: Path) -> None:
+    helped = run(installed_tool / "bin" / "fi-patch", "apply", "--help", cwd=tmp_path)
+    assert helped.returncode == 0
+    for phrase in ("--venv", "--python", "--dry-run", "--force", "backup"):
+        assert phrase in helped.stdout
