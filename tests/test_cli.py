@@ -1,0 +1,63 @@
+"""What a person sees: help, version, list and check tables, no colour in a pipe."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from fi_patcher import __version__
+from fi_patcher.errors import ExitCode
+from tests.conftest import MakeVenv
+from tests.support.cli import fi_patch
+
+
+def test_version(runner: CliRunner) -> None:
+    run = fi_patch(runner, "--version")
+    assert run.code == ExitCode.OK
+    assert run.stdout == f"fi-patch {__version__}\n"
+
+
+def test_help_lists_the_commands(runner: CliRunner) -> None:
+    run = fi_patch(runner, "--help")
+    assert run.code == ExitCode.OK
+    for command in ("apply", "revert", "check", "list"):
+        assert command in run.stdout
+    assert "never on the interpreter running fi-patch" in run.text
+
+
+def test_list_shows_shapes_and_ranges(runner: CliRunner) -> None:
+    run = fi_patch(runner, "list")
+    assert run.code == ExitCode.OK
+    assert "cuda-version-torch-first" in run.text
+    assert "<=0.3.1.post1,>=0.2.14.post1" in run.text
+    assert "<=0.7.4,>=0.4.0" in run.text
+    assert "<=0.2.14,>=0.2.0.post1" in run.text
+    assert "flashinfer/jit/cpp_ext.py :: get_cuda_version()" in run.text
+
+
+def test_check_table_for_people(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.7.4")
+    run = fi_patch(runner, "check", "--venv", venv)
+    assert run.code == ExitCode.NEEDS_APPLY
+    assert f"environment {venv}" in run.text
+    assert "cuda-version-torch-first 0.7.4 B pristine" in run.text
+    assert "needs apply" in run.text
+    assert "\x1b[" not in run.stdout
+
+
+def test_dry_run_for_people_shows_the_diff(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.2.14.post1")
+    run = fi_patch(runner, "apply", "--venv", venv, "--dry-run")
+    assert run.code == ExitCode.OK
+    assert "@@ -24,6 +24,9 @@" in run.stdout
+    assert "+    if torch.version.cuda is not None:" in run.stdout
+    assert "dry run: this diff would be applied; nothing was changed" in run.text
+
+
+def test_revert_json(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    run = fi_patch(runner, "revert", "--venv", venv, "--json")
+    assert run.code == ExitCode.OK
+    (result,) = run.json["results"]
+    assert result["action"] == "reverted"
+    assert result["file"].endswith("flashinfer/jit/cpp_ext.py")
