@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.releases import RELEASES, released_text
 from tests.support.venvs import clone, create_venv, install, target_file
 
@@ -29,6 +30,7 @@ def template(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Pat
             release = RELEASES[version]
             path = create_venv(tmp_path_factory.mktemp(f"template-{version}") / "venv")
             install(path, release)
+            use(path, shared(CUDA_TORCH))
             _templates[version] = path
             _fingerprints[version] = _fingerprint(path)
         path = _templates[version]

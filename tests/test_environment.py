@@ -53,7 +53,7 @@ def test_venv_through_a_symlink(runner: CliRunner, venv_with: MakeVenv, tmp_path
     venv = venv_with("0.5.0")
     link = tmp_path / "link"
     link.symlink_to(venv)
-    assert fi_patch(runner, "apply", "--venv", link).code == ExitCode.OK
+    assert fi_patch(runner, "apply", "--venv", link, "--no-verify").code == ExitCode.OK
     assert state_of(runner, venv) == ("patched", ExitCode.OK)
     assert fi_patch(runner, "revert", "--venv", link).code == ExitCode.OK
     assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
@@ -146,7 +146,7 @@ def test_editable_install_is_refused(runner: CliRunner, venv_with: MakeVenv) -> 
     direct_url = {"url": "file:///src/flashinfer", "dir_info": {"editable": True}}
     # pip wrote a direct_url.json (hardlinked to the template's): replace it, never edit it.
     replace_bytes(_dist_info(venv) / "direct_url.json", json.dumps(direct_url).encode())
-    run = fi_patch(runner, "apply", "--venv", venv)
+    run = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
     assert run.code == ExitCode.LAYOUT
     assert "editable install of file:///src/flashinfer" in run.text
 
@@ -162,7 +162,7 @@ def test_two_dist_infos_are_refused(runner: CliRunner, venv_with: MakeVenv) -> N
     venv = venv_with("0.5.0")
     info = _dist_info(venv)
     shutil.copytree(info, info.with_name("flashinfer_python-0.4.1.dist-info"))
-    run = fi_patch(runner, "apply", "--venv", venv)
+    run = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
     assert run.code == ExitCode.LAYOUT
     assert "installed 2 times" in run.text
     assert "flashinfer_python-0.4.1.dist-info" in run.text
@@ -171,7 +171,7 @@ def test_two_dist_infos_are_refused(runner: CliRunner, venv_with: MakeVenv) -> N
 def test_missing_target_file(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.5.0")
     target_file(venv).unlink()
-    run = fi_patch(runner, "apply", "--venv", venv)
+    run = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
     assert run.code == ExitCode.LAYOUT
     assert "cpp_ext.py is missing" in run.text
     assert "pip install --force-reinstall --no-deps flashinfer-python==0.5.0" in run.text
@@ -186,7 +186,7 @@ def test_symlinked_target_file_is_refused(
     outside.write_bytes(path.read_bytes())
     path.unlink()
     path.symlink_to(outside)
-    run = fi_patch(runner, "apply", "--venv", venv)
+    run = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
     assert run.code == ExitCode.LAYOUT
     assert "is a symlink" in run.text
     assert outside.read_bytes() == path.read_bytes()
@@ -216,7 +216,7 @@ def test_unreadable_manifest(
 
 def test_tampered_backup_is_not_restored(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.5.0")
-    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     patched = target_file(venv).read_bytes()
     (backup,) = (venv / ".fi-patch" / "backups").iterdir()
     replace_bytes(backup, backup.read_bytes() + b"import os; os.system('true')\n")
@@ -228,7 +228,7 @@ def test_tampered_backup_is_not_restored(runner: CliRunner, venv_with: MakeVenv)
 
 def test_missing_backup(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.5.0")
-    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     for backup in (venv / ".fi-patch" / "backups").iterdir():
         backup.unlink()
     run = fi_patch(runner, "revert", "--venv", venv)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, state_of
+from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.releases import RELEASES, fetch, released_text
 from tests.support.venvs import pip, python_of, replace_bytes, site_packages, target_file
 from tests.test_codemod import expected
@@ -64,7 +65,7 @@ def test_hardlinked_twin_keeps_the_original_bytes(
     twin = tmp_path / "twin.py"
     os.link(path, twin)
     original = twin.read_bytes()
-    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     assert twin.read_bytes() == original
     assert path.stat().st_ino != twin.stat().st_ino
     assert path.read_bytes() == expected("0.7.4").encode()
@@ -86,7 +87,7 @@ def test_unchecked_hash_bytecode_does_not_hide_the_patch(
     replace_bytes(path, original)
     compile_unchecked(venv)
 
-    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     assert code_seen(venv) == "current"
     assert not list((path.parent / "__pycache__").glob("cpp_ext.*.pyc"))
     compile_unchecked(venv)
@@ -99,7 +100,7 @@ def test_file_mode_is_kept(runner: CliRunner, venv_with: MakeVenv) -> None:
     path = target_file(venv)
     replace_bytes(path, path.read_bytes())  # a file of this test's own before chmod
     path.chmod(0o640)
-    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     assert path.stat().st_mode & 0o7777 == 0o640
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert path.stat().st_mode & 0o7777 == 0o640
@@ -109,7 +110,7 @@ def test_reinstall_wipes_the_patch_and_apply_restores_it(
     runner: CliRunner, venv_with: MakeVenv
 ) -> None:
     venv = venv_with("0.6.18.post1")
-    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     pip(
         venv,
         "install",
@@ -121,7 +122,7 @@ def test_reinstall_wipes_the_patch_and_apply_restores_it(
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.6.18.post1"])
     assert state_of(runner, venv) == ("wiped", ExitCode.NEEDS_APPLY)
 
-    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     assert state_of(runner, venv) == ("patched", ExitCode.OK)
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.6.18.post1"])
@@ -131,7 +132,7 @@ def test_revert_after_reinstall_only_clears_the_record(
     runner: CliRunner, venv_with: MakeVenv
 ) -> None:
     venv = venv_with("0.5.0")
-    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     pip(
         venv,
         "install",
@@ -155,7 +156,7 @@ def test_edited_function_is_drift_and_apply_refuses_with_evidence(
     replace_bytes(path, edited)
     assert state_of(runner, venv) == ("drifted", ExitCode.DRIFTED)
 
-    run = fi_patch(runner, "apply", "--venv", venv)
+    run = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
     assert run.code == ExitCode.DRIFTED
     assert "refusing to patch" in run.text
     assert "installed: flashinfer-python 0.7.4" in run.text
@@ -163,7 +164,7 @@ def test_edited_function_is_drift_and_apply_refuses_with_evidence(
     assert "bin/nvcc-12.8" in run.text
     assert "shape B >=0.4.0,<=0.7.4" in run.text.replace("<=0.7.4,>=0.4.0", ">=0.4.0,<=0.7.4")
     assert path.read_bytes() == edited
-    forced = fi_patch(runner, "apply", "--venv", venv, "--force")
+    forced = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--force")
     assert forced.code == ExitCode.DRIFTED
     assert path.read_bytes() == edited
 
@@ -183,7 +184,7 @@ def test_revert_refuses_a_file_changed_after_apply_unless_forced(
 ) -> None:
     venv = venv_with("0.5.0")
     path = target_file(venv)
-    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     changed = path.read_bytes() + b"# changed by hand\n"
     replace_bytes(path, changed)
     assert state_of(runner, venv) == ("drifted", ExitCode.DRIFTED)
@@ -201,7 +202,7 @@ def test_revert_refuses_a_file_changed_after_apply_unless_forced(
 
 def test_patched_file_without_a_record_is_drift(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.5.0")
-    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     shutil.rmtree(venv / ".fi-patch")
     check = fi_patch(runner, "check", "--venv", venv, "--json")
     assert check.code == ExitCode.DRIFTED
@@ -218,12 +219,12 @@ def test_unknown_version_is_refused_and_force_needs_a_known_shape(
     assert check.code == ExitCode.DRIFTED
     assert "outside every known range" in check.json["results"][0]["reason"]
 
-    refused = fi_patch(runner, "apply", "--venv", venv)
+    refused = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
     assert refused.code == ExitCode.UNSUPPORTED
     assert "0.6.0rc1 is outside every known range" in refused.text
     assert path.read_bytes() == original
 
-    forced = fi_patch(runner, "apply", "--venv", venv, "--force", "--json")
+    forced = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--force", "--json")
     assert forced.code == ExitCode.OK
     assert forced.json["results"][0]["action"] == "applied"
     assert state_of(runner, venv) == ("patched", ExitCode.OK)
@@ -240,7 +241,7 @@ def test_unknown_version_with_changed_function_is_refused_even_forced(
     path = target_file(venv)
     edited = path.read_bytes().replace(b"return Version(matches[0])", b"return Version('1.0')")
     replace_bytes(path, edited)
-    run = fi_patch(runner, "apply", "--venv", venv, "--force")
+    run = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--force")
     assert run.code == ExitCode.UNSUPPORTED
     assert path.read_bytes() == edited
 
@@ -274,12 +275,13 @@ def test_uv_venv_without_pip_and_uv_cache_links(runner: CliRunner, tmp_path: Pat
         check=True,
         env=environ,
     )
+    use(venv, shared(CUDA_TORCH))
     path = target_file(venv)
     cached = [p for p in cache.rglob("cpp_ext.py") if p.stat().st_ino == path.stat().st_ino]
     assert cached, "uv did not hardlink the file from its cache"
     original = path.read_bytes()
 
-    assert fi_patch(runner, "apply", "--venv", venv).code == ExitCode.OK
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     assert cached[0].read_bytes() == original
     assert state_of(runner, venv) == ("patched", ExitCode.OK)
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK

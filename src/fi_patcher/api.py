@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
@@ -18,17 +18,50 @@ from fi_patcher import __version__
 from fi_patcher.assess import assess
 from fi_patcher.codemod import render_diff
 from fi_patcher.environment import PROBE_TIMEOUT, choose_python, compile_check, probe
-from fi_patcher.errors import Drifted, LayoutProblem, NotInstalled, StoreProblem, Unsupported
+from fi_patcher.errors import (
+    Drifted,
+    FiPatchError,
+    LayoutProblem,
+    NotInstalled,
+    StoreProblem,
+    Unsupported,
+    VerificationFailed,
+)
 from fi_patcher.installed import find_installed
 from fi_patcher.model import Assessment, Interpreter, ManifestEntry, Patch, State, Verdict
 from fi_patcher.registry import known_ranges
 from fi_patcher.store import Store, atomic_write, clear_bytecode, sha256_bytes
+from fi_patcher.verify import (
+    VERIFY_TIMEOUT,
+    Preflight,
+    TraceReport,
+    judge_preflight,
+    preflight,
+    trace,
+)
 
 
 @dataclass(frozen=True)
 class Target:
     interpreter: Interpreter
     chosen_by: str
+
+
+def _quiet(message: str) -> None:
+    """The default progress callback: say nothing."""
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    dry_run: bool = False
+    force: bool = False
+    verify: bool = True
+    allow_mismatch: bool = False
+    timeout: float = PROBE_TIMEOUT
+    """For the probe, the pre-flight and the compile check."""
+    verify_timeout: float = VERIFY_TIMEOUT
+    """For each trace: a fresh process importing torch and FlashInfer."""
+    progress: Callable[[str], None] = _quiet
 
 
 @dataclass(frozen=True)
@@ -39,6 +72,10 @@ class ApplyResult:
     diff: str = ""
     backup: Path | None = None
     cleared_bytecode: tuple[Path, ...] = ()
+    preflight: Preflight | None = None
+    warnings: tuple[str, ...] = ()
+    before: TraceReport | None = None
+    after: TraceReport | None = None
 
 
 @dataclass(frozen=True)
@@ -72,22 +109,32 @@ def check(target: Target, patch: Patch) -> Assessment:
     return _inspect(target.interpreter, patch).assessment
 
 
-def apply(
-    target: Target,
-    patch: Patch,
-    *,
-    dry_run: bool = False,
-    force: bool = False,
-    timeout: float = PROBE_TIMEOUT,
-) -> ApplyResult:
+def apply(target: Target, patch: Patch, options: ApplyOptions | None = None) -> ApplyResult:
+    options = options or ApplyOptions()
     interpreter = target.interpreter
     inspection = _inspect(interpreter, patch)
-    if dry_run or not _writes(inspection.assessment, force):
+    if options.dry_run or not _writes(inspection.assessment, options.force):
         # Nothing to write: answer without taking the lock, which would create the store.
-        return _apply(inspection, interpreter, force, dry_run, timeout)
+        return _apply(inspection, interpreter, options)
     with inspection.store.lock():
         # Look again under the lock: another fi-patch may have written meanwhile.
-        return _apply(_inspect(interpreter, patch), interpreter, force, dry_run, timeout)
+        return _apply(_inspect(interpreter, patch), interpreter, options)
+
+
+def verify(target: Target, assessment: Assessment, options: ApplyOptions) -> TraceReport:
+    """Run the trace in the target: `after` on a patched file, `before` on any other."""
+    installed = assessment.installed
+    if installed is None or assessment.state is State.NOT_APPLICABLE:
+        return TraceReport("none", True, f"nothing to verify: {assessment.reason}")
+    mode = "after" if assessment.state is State.PATCHED else "before"
+    options.progress(f"verifying in {target.interpreter.python} (importing torch and FlashInfer)")
+    return trace(
+        target.interpreter.python,
+        mode,
+        installed.file.path,
+        assessment.patch.marker_prefix,
+        options.verify_timeout,
+    )
 
 
 def revert(target: Target, patch: Patch, *, force: bool = False) -> RevertResult:
@@ -149,13 +196,7 @@ def revert(target: Target, patch: Patch, *, force: bool = False) -> RevertResult
         return RevertResult("reverted", f"restored the original bytes of {path}", path)
 
 
-def _apply(
-    inspection: _Inspection,
-    interpreter: Interpreter,
-    force: bool,
-    dry_run: bool,
-    timeout: float,
-) -> ApplyResult:
+def _apply(inspection: _Inspection, interpreter: Interpreter, options: ApplyOptions) -> ApplyResult:
     assessment = inspection.assessment
     state = assessment.state
     if state is State.NOT_INSTALLED:
@@ -167,29 +208,148 @@ def _apply(
         return ApplyResult("not-applicable", assessment)
     if state is State.PATCHED:
         return ApplyResult("already-applied", assessment)
-    if not _writes(assessment, force):
+    if not _writes(assessment, options.force):
         raise _refusal(assessment)
-    forced = state is State.DRIFTED
     assert assessment.installed is not None and assessment.patched_text is not None
     assert inspection.source is not None
     path = assessment.installed.file.path
     diff = render_diff(
         inspection.source.decode("utf-8"), assessment.patched_text, assessment.patch.target
     )
-    if dry_run:
-        return ApplyResult("would-apply", assessment, diff)
+    options.progress(f"pre-flight in {interpreter.python}")
+    facts = preflight(interpreter.python, options.timeout)
+    warnings = judge_preflight(facts, options.allow_mismatch)
+    if not options.verify:
+        warnings += ("verification skipped (--no-verify): nothing proves the patch works here",)
+    if options.dry_run:
+        return ApplyResult("would-apply", assessment, diff, preflight=facts, warnings=warnings)
+    before = None
+    if options.verify:
+        options.progress("tracing the unpatched function in the target (importing torch)")
+        before = _trace_before(interpreter, path, assessment.patch, options)
+    written = _write(inspection, interpreter, facts, options)
+    after = None
+    if options.verify:
+        options.progress("verifying the patched function in a fresh process of the target")
+        after = _verify_or_roll_back(inspection, interpreter, written, options)
+    return ApplyResult(
+        "applied",
+        assessment,
+        diff,
+        written.backup,
+        written.cleared,
+        preflight=facts,
+        warnings=warnings,
+        before=before,
+        after=after,
+    )
+
+
+def _trace_before(
+    interpreter: Interpreter, path: Path, patch: Patch, options: ApplyOptions
+) -> TraceReport:
+    """The trace before writing is a report, not a gate: what proves the patch is the one after."""
+    try:
+        return trace(
+            interpreter.python, "before", path, patch.marker_prefix, options.verify_timeout
+        )
+    except FiPatchError as error:
+        return TraceReport("before", False, f"did not finish: {error.message}", error.details)
+
+
+@dataclass(frozen=True)
+class _Written:
+    entry: ManifestEntry
+    backup: Path
+    cleared: tuple[Path, ...]
+
+
+def _write(
+    inspection: _Inspection, interpreter: Interpreter, facts: Preflight, options: ApplyOptions
+) -> _Written:
+    """Backup, manifest, then the file: the order docs/how-it-works.md promises."""
+    assessment = inspection.assessment
+    assert assessment.installed is not None and assessment.patched_text is not None
+    assert inspection.source is not None
+    path = assessment.installed.file.path
     patched = assessment.patched_text.encode("utf-8")
-    compile_check(interpreter.python, patched, str(path), timeout)
+    compile_check(interpreter.python, patched, str(path), options.timeout)
     store = inspection.store
     backup = store.put_backup(inspection.source)
-    entries = dict(inspection.entries)
-    entries[assessment.patch.id] = _entry(
-        assessment, interpreter, inspection.source, patched, backup=backup, forced=forced
+    entry = _entry(
+        assessment,
+        interpreter,
+        inspection.source,
+        patched,
+        backup=backup,
+        forced=assessment.state is State.DRIFTED,
     )
-    store.save(entries)
+    entry = replace(
+        entry,
+        torch_cuda=facts.torch_cuda,
+        nvcc_version=facts.nvcc_version,
+        nvcc_path=facts.nvcc_path,
+        mismatch_allowed=facts.mismatch,
+        verification="pending" if options.verify else "skipped",
+    )
+    store.save({**inspection.entries, entry.patch_id: entry})
     atomic_write(path, patched, mode=stat.S_IMODE(os.stat(path).st_mode))
     cleared = clear_bytecode(path)
-    return ApplyResult("applied", assessment, diff, store.backups / backup, tuple(cleared))
+    return _Written(entry, store.backups / backup, tuple(cleared))
+
+
+def _verify_or_roll_back(
+    inspection: _Inspection, interpreter: Interpreter, written: _Written, options: ApplyOptions
+) -> TraceReport:
+    assessment = inspection.assessment
+    assert assessment.installed is not None and inspection.source is not None
+    path = assessment.installed.file.path
+    try:
+        report = trace(
+            interpreter.python,
+            "after",
+            path,
+            assessment.patch.marker_prefix,
+            options.verify_timeout,
+        )
+    except BaseException as exc:  # a timeout, an interrupt: never leave an unproven patch
+        _roll_back(inspection, path)
+        if isinstance(exc, FiPatchError):
+            raise VerificationFailed(
+                f"verification did not finish: {exc.message}; the original bytes of {path} "
+                "are restored",
+                remedy=exc.remedy,
+                details=exc.details,
+            ) from exc
+        raise
+    if not report.passed:
+        _roll_back(inspection, path)
+        raise VerificationFailed(
+            f"verification in {interpreter.python} {report.summary}; rolled back: the original "
+            f"bytes of {path} are restored",
+            remedy="read the target's own error above; `fi-patch apply --no-verify` writes the "
+            "patch without this proof",
+            details=report.details,
+        )
+    inspection.store.save(
+        {
+            **inspection.entries,
+            written.entry.patch_id: replace(written.entry, verification="passed"),
+        }
+    )
+    return report
+
+
+def _roll_back(inspection: _Inspection, path: Path) -> None:
+    """Put back the original bytes, then the manifest as it was before this apply."""
+    assert inspection.source is not None
+    atomic_write(path, inspection.source, mode=stat.S_IMODE(os.stat(path).st_mode))
+    clear_bytecode(path)
+    entry = inspection.entries.get(inspection.assessment.patch.id)
+    inspection.store.save(dict(inspection.entries))
+    new_backup = f"{sha256_bytes(inspection.source)}.py"
+    if entry is None or entry.backup != new_backup:
+        inspection.store.drop_backup(new_backup, inspection.entries)
 
 
 def _writes(assessment: Assessment, force: bool) -> bool:

@@ -5,8 +5,10 @@ The only module that imports typer or rich.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -20,6 +22,7 @@ from fi_patcher.environment import PROBE_TIMEOUT
 from fi_patcher.errors import ExitCode, FiPatchError, exit_code_for
 from fi_patcher.model import Assessment, Patch
 from fi_patcher.registry import load_patches
+from fi_patcher.verify import VERIFY_TIMEOUT, TraceReport
 
 JSON_SCHEMA_VERSION = 1
 
@@ -52,6 +55,14 @@ Timeout = Annotated[
     float,
     typer.Option("--timeout", help="Seconds to wait for the target interpreter.", min=1.0),
 ]
+VerifyTimeout = Annotated[
+    float,
+    typer.Option(
+        "--verify-timeout",
+        help="Seconds for each verification process (it imports torch and FlashInfer).",
+        min=1.0,
+    ),
+]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document (docs/json.md).")]
 
 
@@ -76,7 +87,8 @@ def apply_command(
     venv: Venv = None,
     python: Python = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Show the diff and change nothing.")
+        bool,
+        typer.Option("--dry-run", help="Run the pre-flight, show the diff, change nothing."),
     ] = False,
     force: Annotated[
         bool,
@@ -86,21 +98,50 @@ def apply_command(
             "function matches a known shape exactly. Drifted files are never forced.",
         ),
     ] = False,
+    no_verify: Annotated[
+        bool,
+        typer.Option(
+            "--no-verify",
+            help="Skip the Dynamo trace in the target before and after writing (not the "
+            "pre-flight). Nothing then proves the patch works.",
+        ),
+    ] = False,
+    allow_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--allow-mismatch",
+            help="Patch although torch.version.cuda and the nvcc FlashInfer would run differ "
+            "in major.minor; recorded in the manifest.",
+        ),
+    ] = False,
     timeout: Timeout = PROBE_TIMEOUT,
+    verify_timeout: VerifyTimeout = VERIFY_TIMEOUT,
     as_json: Json = False,
 ) -> None:
-    """Patch get_cuda_version in the target, keeping a byte-exact backup. Idempotent."""
+    """Patch get_cuda_version in the target, keeping a byte-exact backup, and prove it there.
+
+    Before writing: a pre-flight in the target compares torch.version.cuda with the nvcc that
+    FlashInfer would run, and traces the unpatched function. After writing: a fresh process of
+    the target imports the patched module and traces it with torch.compile(fullgraph=True); if
+    that fails, the original bytes are restored (exit 13). Idempotent.
+    """
 
     def run(out: Console) -> int:
         target = api.open_target(venv, python, os.environ, timeout)
         documents = []
         for patch in load_patches():
-            result = api.apply(target, patch, dry_run=dry_run, force=force, timeout=timeout)
-            documents.append(
-                {**_target_json(target, result.assessment), "action": result.action}
-                | ({"diff": result.diff} if result.diff else {})
-                | ({"backup": str(result.backup)} if result.backup else {})
-            )
+            with _progress(as_json) as progress:
+                options = api.ApplyOptions(
+                    dry_run=dry_run,
+                    force=force,
+                    verify=not no_verify,
+                    allow_mismatch=allow_mismatch,
+                    timeout=timeout,
+                    verify_timeout=verify_timeout,
+                    progress=progress,
+                )
+                result = api.apply(target, patch, options)
+            documents.append(_apply_json(target, result))
             if not as_json:
                 _render_apply(out, target, result)
         return _finish(out, as_json, "apply", documents, ExitCode.OK)
@@ -149,7 +190,16 @@ def revert_command(
 def check_command(
     venv: Venv = None,
     python: Python = None,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Also run the Dynamo trace in a fresh process of the target (seconds: it "
+            "imports torch and FlashInfer). A patched target that fails it exits 13.",
+        ),
+    ] = False,
     timeout: Timeout = PROBE_TIMEOUT,
+    verify_timeout: VerifyTimeout = VERIFY_TIMEOUT,
     as_json: Json = False,
 ) -> None:
     """Say whether the target is pristine, patched, wiped by a reinstall, or drifted.
@@ -161,16 +211,31 @@ def check_command(
     def run(out: Console) -> int:
         target = api.open_target(venv, python, os.environ, timeout)
         assessments = [api.check(target, patch) for patch in load_patches()]
-        worst = max((exit_code_for(a.state) for a in assessments), default=ExitCode.OK)
+        reports: list[TraceReport | None] = [None] * len(assessments)
+        if verify:
+            options = api.ApplyOptions(timeout=timeout, verify_timeout=verify_timeout)
+            for index, assessment in enumerate(assessments):
+                with _progress(as_json) as progress:
+                    reports[index] = api.verify(
+                        target, assessment, replace(options, progress=progress)
+                    )
+        codes = [_check_code(a, r) for a, r in zip(assessments, reports, strict=True)]
         documents = [
-            {**_target_json(target, a), "exit_code": int(exit_code_for(a.state))}
-            for a in assessments
+            {**_target_json(target, a), "exit_code": int(code)}
+            | ({"verification": _trace_json(r)} if r else {})
+            for a, r, code in zip(assessments, reports, codes, strict=True)
         ]
         if not as_json:
-            _render_check(out, target, assessments)
-        return _finish(out, as_json, "check", documents, worst)
+            _render_check(out, target, assessments, reports)
+        return _finish(out, as_json, "check", documents, max(codes, default=ExitCode.OK))
 
     _run(as_json, run)
+
+
+def _check_code(assessment: Assessment, report: TraceReport | None) -> ExitCode:
+    if report is not None and report.mode == "after" and not report.passed:
+        return ExitCode.VERIFY_FAILED
+    return exit_code_for(assessment.state)
 
 
 @app.command("list")
@@ -305,8 +370,16 @@ def _describe_target(out: Console, target: api.Target, a: Assessment) -> None:
 def _render_apply(out: Console, target: api.Target, result: api.ApplyResult) -> None:
     a = result.assessment
     _describe_target(out, target, a)
+    if result.preflight is not None:
+        out.print(f"pre-flight: {result.preflight.describe()}")
+    for warning in result.warnings:
+        out.print(Text("warning: " + warning, style="bold yellow"))
     if result.diff:
         _render_diff(out, result.diff)
+    if result.before is not None:
+        out.print(f"before: {result.before.summary}")
+    if result.after is not None:
+        out.print(Text(f"after: {result.after.summary}", style="green"))
     messages = {
         "applied": ("green", f"applied {a.patch.id}; original bytes kept in {result.backup}"),
         "would-apply": ("yellow", "dry run: this diff would be applied; nothing was changed"),
@@ -315,6 +388,48 @@ def _render_apply(out: Console, target: api.Target, result: api.ApplyResult) -> 
     }
     style, message = messages[result.action]
     out.print(Text(message, style=style))
+
+
+@contextlib.contextmanager
+def _progress(as_json: bool) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr while the target works, where a person is watching."""
+    err = Console(stderr=True)
+    if as_json or not err.is_terminal:
+        yield lambda message: None
+        return
+    with err.status("working") as status:
+        yield lambda message: status.update(message)
+
+
+def _apply_json(target: api.Target, result: api.ApplyResult) -> dict[str, Any]:
+    document: dict[str, Any] = {**_target_json(target, result.assessment)}
+    document["action"] = result.action
+    if result.diff:
+        document["diff"] = result.diff
+    if result.backup:
+        document["backup"] = str(result.backup)
+    if result.preflight is not None:
+        document["preflight"] = {
+            k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(result.preflight).items()
+        } | {"mismatch": result.preflight.mismatch}
+    document["warnings"] = list(result.warnings)
+    verification = {
+        mode: _trace_json(report)
+        for mode, report in (("before", result.before), ("after", result.after))
+        if report is not None
+    }
+    if verification:
+        document["verification"] = verification
+    return document
+
+
+def _trace_json(report: TraceReport) -> dict[str, Any]:
+    return {
+        "mode": report.mode,
+        "passed": report.passed,
+        "summary": report.summary,
+        "details": list(report.details),
+    }
 
 
 def _render_diff(out: Console, diff: str) -> None:
@@ -343,7 +458,12 @@ _STATE_STYLE = {
 }
 
 
-def _render_check(out: Console, target: api.Target, assessments: list[Assessment]) -> None:
+def _render_check(
+    out: Console,
+    target: api.Target,
+    assessments: list[Assessment],
+    reports: list[TraceReport | None],
+) -> None:
     interpreter = target.interpreter
     out.print(
         f"environment {interpreter.prefix} (python {interpreter.python_version}, "
@@ -360,5 +480,12 @@ def _render_check(out: Console, target: api.Target, assessments: list[Assessment
             Text(a.state.value, style=_STATE_STYLE[a.state.value]),
         )
     out.print(table)
-    for a in assessments:
+    for a, report in zip(assessments, reports, strict=True):
         out.print(Text(f"{a.patch.id}: {a.reason}", style="dim"))
+        if report is not None:
+            style = "green" if report.passed else "bold red"
+            out.print(
+                Text(f"verification ({report.mode} the patch): {report.summary}", style=style)
+            )
+            for line in report.details:
+                out.print(Text("  " + line, style="dim"))

@@ -66,7 +66,7 @@ def probe(python: Path, timeout: float = PROBE_TIMEOUT) -> Interpreter:
     """Run the probe in `python` and return what it said."""
     script = resources.files("fi_patcher").joinpath("_probe.py").read_text(encoding="utf-8")
     completed = run_target(python, ["-I", "-c", script], timeout=timeout, what="probe")
-    answer = _unframe(completed.stdout)
+    answer = unframe(completed.stdout)
     if completed.returncode != 0 or answer is None:
         raise EnvironmentProblem(
             f"the interpreter {python} could not run fi-patch's probe "
@@ -137,7 +137,7 @@ def run_target(
     )
 
 
-def _unframe(stdout: str) -> dict[str, Any] | None:
+def unframe(stdout: str) -> dict[str, Any] | None:
     start = stdout.rfind(_BEGIN)
     end = stdout.rfind(_END)
     if start < 0 or end < start:

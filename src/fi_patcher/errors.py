@@ -36,6 +36,14 @@ class ExitCode(enum.IntEnum):
     """fi-patch's own records (manifest, backup) are unreadable, newer, or fail their hash check."""
     WRITE = 10
     """A file could not be written (permissions, disk full) or the environment lock was busy."""
+    INERT = 11
+    """torch in the target is a CPU build: the patch would change nothing there."""
+    TOOLKIT_MISMATCH = 12
+    """torch's CUDA version and the nvcc FlashInfer would run differ in major.minor."""
+    VERIFY_FAILED = 13
+    """Verification in the target failed; apply restored the original bytes (rolled back)."""
+    NO_TORCH = 14
+    """torch is not installed in the target environment."""
 
 
 class FiPatchError(Exception):
@@ -82,6 +90,22 @@ class StoreProblem(FiPatchError):
 
 class WriteFailed(FiPatchError):
     exit_code = ExitCode.WRITE
+
+
+class Inert(FiPatchError):
+    exit_code = ExitCode.INERT
+
+
+class ToolkitMismatch(FiPatchError):
+    exit_code = ExitCode.TOOLKIT_MISMATCH
+
+
+class VerificationFailed(FiPatchError):
+    exit_code = ExitCode.VERIFY_FAILED
+
+
+class NoTorch(FiPatchError):
+    exit_code = ExitCode.NO_TORCH
 
 
 def exit_code_for(state: State) -> ExitCode:

@@ -135,6 +135,13 @@ class ManifestEntry:
     fi_patch_version: str
     applied_at: str
     forced: bool = False
+    torch_cuda: str | None = None
+    nvcc_version: str | None = None
+    nvcc_path: str | None = None
+    mismatch_allowed: bool = False
+    """fi-patch wrote the patch although torch's CUDA and nvcc differ (--allow-mismatch)."""
+    verification: str = "skipped"
+    """pending while apply verifies, then passed; skipped under --no-verify."""
 
 
 # --- results ------------------------------------------------------------------------------------

@@ -1,0 +1,59 @@
+"""One shared torch installation for all test venvs, added to each through a .pth file.
+
+Installed once with `pip install --target` into the test cache (the wheels lie on this machine's
+disk; a fresh machine takes about a minute for the CUDA build) and reused by every test venv and
+later run, instead of 5.5 GB per venv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.releases import CACHE
+from tests.support.venvs import site_packages
+
+# torch 2.14.1 is the CUDA 13.0 build: it imports without a GPU and reports torch.version.cuda
+# "13.0", matching this machine's nvcc. The rest is what `import flashinfer` needs on a CPU
+# (../shared/research/flashinfer.md, section 5).
+CUDA_TORCH = (
+    "torch==2.14.1",
+    "apache-tvm-ffi<0.2",
+    "numpy",
+    "packaging",
+    "requests",
+    "nvidia-ml-py",
+    "tqdm",
+)
+CPU_TORCH = ("torch==2.13.0",)
+PTH = "_fi_patch_test_torch.pth"
+
+
+def shared(requirements: tuple[str, ...]) -> Path:
+    key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
+    folder = CACHE / "deps" / f"{requirements[0].replace('==', '-')}-{key}"
+    if (folder / ".complete").exists():
+        return folder
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--target", partial, *requirements],
+        check=True,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
+    (partial / ".complete").write_text("\n".join(requirements) + "\n")
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.rename(folder)
+    return folder
+
+
+def use(venv: Path, folder: Path | None) -> None:
+    """Make `folder` the venv's torch (None: no torch at all). Replaces, never edits, the .pth."""
+    pth = site_packages(venv) / PTH
+    pth.unlink(missing_ok=True)
+    if folder is not None:
+        pth.write_text(f"{folder}\n")
