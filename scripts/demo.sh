@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The main job on a throwaway venv: install a real FlashInfer release, then check, dry-run,
-# apply, apply again, check, revert, check. Each step shows its command and exit code, and the
-# script stops if a code is not the documented one.
+# The main job on a throwaway venv: a real FlashInfer release beside torch's CUDA 13.0 build
+# (it imports without a GPU). The trace fails before, apply runs its pre-flight and verification,
+# the trace passes after, then check and revert. Each step shows its command and exit code, and
+# the script stops if a code is not the documented one.
 set -uo pipefail
 venv=${1:-build/demo-venv}
-release=${DEMO_FLASHINFER:-0.6.18.post1}
+release=${DEMO_FLASHINFER:-0.7.4}
+torch=${DEMO_TORCH:-2.14.1}
 
 step() {
   local expected=$1; shift
@@ -20,14 +22,23 @@ step() {
 
 rm -rf "$venv"
 python3 -m venv --without-pip "$venv" || exit 1
-echo "installing flashinfer-python==$release into $venv (no dependencies: fi-patch never imports it)"
-python -m pip --python "$venv/bin/python" install -q --no-deps "flashinfer-python==$release" || exit 1
+# pip runs from fi-patch's own venv (make puts it first on PATH); the demo venv, like one made
+# by uv, has no pip of its own.
+pip_target() {
+  # This machine's pip configuration names local indexes that may be absent: hide that noise.
+  python -m pip --python "$venv/bin/python" install -q "$@" 2> >(grep -v '^WARNING: Location' >&2) \
+    || exit 1
+}
+echo "installing torch==$torch (CUDA build) and what 'import flashinfer' needs into $venv (about a minute)"
+pip_target "torch==$torch" "apache-tvm-ffi<0.2" numpy packaging requests nvidia-ml-py tqdm
+echo "installing flashinfer-python==$release (its GPU-only dependencies left out)"
+pip_target --no-deps "flashinfer-python==$release"
 
-step 3 fi-patch check --venv "$venv"
+step 3 fi-patch check --venv "$venv" --verify
 step 0 fi-patch apply --venv "$venv" --dry-run
 step 0 fi-patch apply --venv "$venv"
 step 0 fi-patch apply --venv "$venv"
-step 0 fi-patch check --venv "$venv"
+step 0 fi-patch check --venv "$venv" --verify
 step 0 fi-patch revert --venv "$venv"
 step 3 fi-patch check --venv "$venv"
 echo

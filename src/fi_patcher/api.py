@@ -113,12 +113,17 @@ def apply(target: Target, patch: Patch, options: ApplyOptions | None = None) -> 
     options = options or ApplyOptions()
     interpreter = target.interpreter
     inspection = _inspect(interpreter, patch)
-    if options.dry_run or not _writes(inspection.assessment, options.force):
-        # Nothing to write: answer without taking the lock, which would create the store.
-        return _apply(inspection, interpreter, options)
+    if not _writes(inspection.assessment, options.force):
+        return _apply(inspection, interpreter, options, None)
+    # Read-only checks first, so that a refusal leaves the environment as it was.
+    options.progress(f"pre-flight in {interpreter.python}")
+    facts = preflight(interpreter.python, options.timeout)
+    checked = facts, judge_preflight(facts, options.allow_mismatch)
+    if options.dry_run:
+        return _apply(inspection, interpreter, options, checked)
     with inspection.store.lock():
         # Look again under the lock: another fi-patch may have written meanwhile.
-        return _apply(_inspect(interpreter, patch), interpreter, options)
+        return _apply(_inspect(interpreter, patch), interpreter, options, checked)
 
 
 def verify(target: Target, assessment: Assessment, options: ApplyOptions) -> TraceReport:
@@ -196,7 +201,12 @@ def revert(target: Target, patch: Patch, *, force: bool = False) -> RevertResult
         return RevertResult("reverted", f"restored the original bytes of {path}", path)
 
 
-def _apply(inspection: _Inspection, interpreter: Interpreter, options: ApplyOptions) -> ApplyResult:
+def _apply(
+    inspection: _Inspection,
+    interpreter: Interpreter,
+    options: ApplyOptions,
+    checked: tuple[Preflight, tuple[str, ...]] | None,
+) -> ApplyResult:
     assessment = inspection.assessment
     state = assessment.state
     if state is State.NOT_INSTALLED:
@@ -216,9 +226,8 @@ def _apply(inspection: _Inspection, interpreter: Interpreter, options: ApplyOpti
     diff = render_diff(
         inspection.source.decode("utf-8"), assessment.patched_text, assessment.patch.target
     )
-    options.progress(f"pre-flight in {interpreter.python}")
-    facts = preflight(interpreter.python, options.timeout)
-    warnings = judge_preflight(facts, options.allow_mismatch)
+    assert checked is not None, "apply runs the pre-flight before any write"
+    facts, warnings = checked
     if not options.verify:
         warnings += ("verification skipped (--no-verify): nothing proves the patch works here",)
     if options.dry_run:
