@@ -143,7 +143,7 @@ def test_no_nvcc_proceeds_on_torch_alone(venv_with: MakeVenv, tmp_path: Path) ->
 
 
 def broken_torch(folder: Path, init: str) -> Path:
-    """A torch whose version file is fine and whose import is not, as after a broken CUDA upgrade."""
+    """A torch whose version file reads fine and whose import fails, as after a broken upgrade."""
     package = folder / "torch"
     package.mkdir(parents=True)
     (package / "version.py").write_text("__version__ = '2.14.1+cu130'\ncuda = '13.0'\n")
