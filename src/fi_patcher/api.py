@@ -30,7 +30,13 @@ from fi_patcher.errors import (
 from fi_patcher.installed import find_installed
 from fi_patcher.model import Assessment, Interpreter, ManifestEntry, Patch, State, Verdict
 from fi_patcher.registry import known_ranges
-from fi_patcher.store import Store, atomic_write, clear_bytecode, sha256_bytes
+from fi_patcher.store import (
+    Store,
+    atomic_write,
+    clear_bytecode,
+    clear_temporaries,
+    sha256_bytes,
+)
 from fi_patcher.verify import (
     VERIFY_TIMEOUT,
     Preflight,
@@ -121,7 +127,9 @@ def apply(target: Target, patch: Patch, options: ApplyOptions | None = None) -> 
     checked = facts, judge_preflight(facts, options.allow_mismatch)
     if options.dry_run:
         return _apply(inspection, interpreter, options, checked)
+    assert inspection.assessment.installed is not None
     with inspection.store.lock():
+        clear_temporaries(inspection.assessment.installed.file.path)
         # Look again under the lock: another fi-patch may have written meanwhile.
         return _apply(_inspect(interpreter, patch), interpreter, options, checked)
 
@@ -164,6 +172,7 @@ def revert(target: Target, patch: Patch, *, force: bool = False) -> RevertResult
                 "fi-patch patched it; nothing to restore, the record is cleared",
                 path,
             )
+        clear_temporaries(path)
         current = _read(path)
         if current is None and not force:
             raise LayoutProblem(
@@ -173,10 +182,12 @@ def revert(target: Target, patch: Patch, *, force: bool = False) -> RevertResult
         sha = sha256_bytes(current) if current is not None else None
         if sha == entry.sha256_before:
             _forget(store, entries, entry)
+            why = {
+                "applying": "an interrupted fi-patch apply left them",
+                "reverting": "an interrupted fi-patch revert put them back",
+            }.get(entry.status, "a reinstall put them back")
             return RevertResult(
-                "cleared-record",
-                "already the original bytes (a reinstall put them back); the record is cleared",
-                path,
+                "cleared-record", f"already the original bytes ({why}); the record is cleared", path
             )
         if sha != entry.sha256_after and not force:
             raise Drifted(
@@ -195,6 +206,7 @@ def revert(target: Target, patch: Patch, *, force: bool = False) -> RevertResult
                 f"--force-reinstall --no-deps {entry.dist}=={entry.version}",
             )
         mode = stat.S_IMODE(os.stat(path).st_mode) if current is not None else 0o644
+        store.save({**entries, entry.patch_id: replace(entry, status="reverting")})
         atomic_write(path, original, mode=mode)
         clear_bytecode(path)
         _forget(store, entries, entry)
@@ -216,7 +228,7 @@ def _apply(
         )
     if state is State.NOT_APPLICABLE:
         return ApplyResult("not-applicable", assessment)
-    if state is State.PATCHED:
+    if state is State.PATCHED and not assessment.interrupted:
         return ApplyResult("already-applied", assessment)
     if not _writes(assessment, options.force):
         raise _refusal(assessment)
@@ -232,15 +244,14 @@ def _apply(
         warnings += ("verification skipped (--no-verify): nothing proves the patch works here",)
     if options.dry_run:
         return ApplyResult("would-apply", assessment, diff, preflight=facts, warnings=warnings)
+    if state is State.PATCHED:
+        return _finish(inspection, interpreter, options, facts, warnings)
     before = None
     if options.verify:
         options.progress("tracing the unpatched function in the target (importing torch)")
         before = _trace_before(interpreter, path, assessment.patch, options)
     written = _write(inspection, interpreter, facts, options)
-    after = None
-    if options.verify:
-        options.progress("verifying the patched function in a fresh process of the target")
-        after = _verify_or_roll_back(inspection, interpreter, written, options)
+    after = _verify_or_roll_back(inspection, interpreter, written.entry, options)
     return ApplyResult(
         "applied",
         assessment,
@@ -300,6 +311,7 @@ def _write(
         nvcc_path=facts.nvcc_path,
         mismatch_allowed=facts.mismatch,
         verification="pending" if options.verify else "skipped",
+        status="applying",
     )
     store.save({**inspection.entries, entry.patch_id: entry})
     atomic_write(path, patched, mode=stat.S_IMODE(os.stat(path).st_mode))
@@ -308,19 +320,30 @@ def _write(
 
 
 def _verify_or_roll_back(
-    inspection: _Inspection, interpreter: Interpreter, written: _Written, options: ApplyOptions
-) -> TraceReport:
+    inspection: _Inspection,
+    interpreter: Interpreter,
+    entry: ManifestEntry,
+    options: ApplyOptions,
+) -> TraceReport | None:
+    """Prove the written patch (unless --no-verify), then mark the manifest entry applied."""
     assessment = inspection.assessment
     assert assessment.installed is not None and inspection.source is not None
     path = assessment.installed.file.path
+    report = None
+    if options.verify:
+        options.progress("verifying the patched function in a fresh process of the target")
+        report = _verify_after(inspection, interpreter, path, options)
+    final = replace(entry, status="applied", verification="passed" if report else "skipped")
+    inspection.store.save({**inspection.entries, entry.patch_id: final})
+    return report
+
+
+def _verify_after(
+    inspection: _Inspection, interpreter: Interpreter, path: Path, options: ApplyOptions
+) -> TraceReport:
+    marker = inspection.assessment.patch.marker_prefix
     try:
-        report = trace(
-            interpreter.python,
-            "after",
-            path,
-            assessment.patch.marker_prefix,
-            options.verify_timeout,
-        )
+        report = trace(interpreter.python, "after", path, marker, options.verify_timeout)
     except BaseException as exc:  # a timeout, an interrupt: never leave an unproven patch
         _roll_back(inspection, path)
         if isinstance(exc, FiPatchError):
@@ -340,13 +363,27 @@ def _verify_or_roll_back(
             "patch without this proof",
             details=report.details,
         )
-    inspection.store.save(
-        {
-            **inspection.entries,
-            written.entry.patch_id: replace(written.entry, verification="passed"),
-        }
-    )
     return report
+
+
+def _finish(
+    inspection: _Inspection,
+    interpreter: Interpreter,
+    options: ApplyOptions,
+    facts: Preflight,
+    warnings: tuple[str, ...],
+) -> ApplyResult:
+    """The file already holds fi-patch's bytes from an interrupted run: verify and record."""
+    assessment = inspection.assessment
+    entry = inspection.entries[assessment.patch.id]
+    original = inspection.store.read_backup(entry)
+    inspection = replace(inspection, source=original, entries=_without(inspection.entries, entry))
+    after = _verify_or_roll_back(inspection, interpreter, entry, options)
+    return ApplyResult("finished", assessment, preflight=facts, warnings=warnings, after=after)
+
+
+def _without(entries: dict[str, ManifestEntry], entry: ManifestEntry) -> dict[str, ManifestEntry]:
+    return {k: v for k, v in entries.items() if k != entry.patch_id}
 
 
 def _roll_back(inspection: _Inspection, path: Path) -> None:
@@ -365,6 +402,8 @@ def _writes(assessment: Assessment, force: bool) -> bool:
     """Whether apply would write: pristine or wiped, or forced onto an unknown version."""
     if assessment.state in (State.PRISTINE, State.WIPED):
         return True
+    if assessment.state is State.PATCHED:
+        return assessment.interrupted is not None
     return assessment.state is State.DRIFTED and force and assessment.patched_text is not None
 
 

@@ -44,14 +44,29 @@ def assess(
             remedy="reinstall it: pip install --force-reinstall --no-deps "
             f"{patch.distribution}=={installed.version}",
         )
+    if not installed.file.recorded:
+        raise LayoutProblem(
+            f"the RECORD of {installed.dist_info.name} does not list {installed.file.relpath}; "
+            "fi-patch writes only files the installer recorded",
+            remedy="reinstall it: pip install --force-reinstall --no-deps "
+            f"{patch.distribution}=={installed.version}",
+        )
     sha = sha256_bytes(source)
+    interrupted = _interrupted(entry)
     if entry is not None and sha == entry.sha256_after:
+        reason = f"patched by fi-patch {entry.fi_patch_version} at {entry.applied_at}"
+        if interrupted:
+            reason = (
+                f"the bytes fi-patch wrote, but its {interrupted} was interrupted before it "
+                f"finished; `fi-patch {interrupted}` finishes it"
+            )
         return replace(
             facts,
             state=State.PATCHED,
-            reason=f"patched by fi-patch {entry.fi_patch_version} at {entry.applied_at}",
+            reason=reason,
             shape=next((s for s in patch.shapes if s.name == entry.shape), None),
             sha256=sha,
+            interrupted=interrupted,
         )
     try:
         text = source.decode("utf-8")
@@ -97,6 +112,18 @@ def assess(
             found=result.found,
             patched_text=result.text,
         )
+    if entry is not None and interrupted:
+        return replace(
+            facts,
+            state=State.PRISTINE,
+            reason=f"FlashInfer's original bytes: an interrupted fi-patch {interrupted} left "
+            "them in place; `fi-patch apply` patches, `fi-patch revert` clears the record",
+            shape=result.shape,
+            sha256=sha,
+            found=result.found,
+            patched_text=result.text,
+            interrupted=interrupted,
+        )
     if entry is not None:
         return replace(
             facts,
@@ -116,3 +143,9 @@ def assess(
         found=result.found,
         patched_text=result.text,
     )
+
+
+def _interrupted(entry: ManifestEntry | None) -> str | None:
+    if entry is None or entry.status == "applied":
+        return None
+    return "revert" if entry.status == "reverting" else "apply"

@@ -235,7 +235,7 @@ def check_command(
 def _check_code(assessment: Assessment, report: TraceReport | None) -> ExitCode:
     if report is not None and report.mode == "after" and not report.passed:
         return ExitCode.VERIFY_FAILED
-    return exit_code_for(assessment.state)
+    return exit_code_for(assessment.state, assessment.interrupted is not None)
 
 
 @app.command("list")

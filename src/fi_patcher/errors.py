@@ -108,8 +108,13 @@ class NoTorch(FiPatchError):
     exit_code = ExitCode.NO_TORCH
 
 
-def exit_code_for(state: State) -> ExitCode:
-    """`check`'s exit code for one target: 0 only where nothing needs doing."""
+def exit_code_for(state: State, interrupted: bool = False) -> ExitCode:
+    """`check`'s exit code for one target: 0 only where nothing needs doing.
+
+    Patched bytes left by an interrupted apply (not yet verified) or revert still need a command.
+    """
+    if interrupted and state is State.PATCHED:
+        return ExitCode.NEEDS_APPLY
     return _STATE_EXIT[state]
 
 

@@ -57,7 +57,12 @@ def find_installed(interpreter: Interpreter, name: str, target: str) -> Installe
         name=name,
         version=version,
         dist_info=info,
-        file=InstalledFile(site, target, _record_sha256(distribution, target)),
+        file=InstalledFile(
+            site,
+            target,
+            _record_sha256(distribution, target),
+            recorded=any(p.as_posix() == target for p in distribution.files or ()),
+        ),
     )
 
 

@@ -101,6 +101,8 @@ class InstalledFile:
     relpath: str
     record_sha256: str | None
     """Hex sha256 from the distribution's RECORD, when RECORD has one."""
+    recorded: bool = True
+    """Whether RECORD lists the file at all: fi-patch writes no file the installer did not."""
 
     @property
     def path(self) -> Path:
@@ -142,6 +144,9 @@ class ManifestEntry:
     """fi-patch wrote the patch although torch's CUDA and nvcc differ (--allow-mismatch)."""
     verification: str = "skipped"
     """pending while apply verifies, then passed; skipped under --no-verify."""
+    status: str = "applied"
+    """applying while apply writes and verifies, reverting while revert writes, else applied.
+    Anything but applied, found by the next command, means that fi-patch was interrupted."""
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -171,3 +176,5 @@ class Assessment:
     patched_text: str | None = None
     """The text `apply` would write: set for pristine and wiped targets, and for forced ones."""
     entry: ManifestEntry | None = None
+    interrupted: str | None = None
+    """"apply" or "revert" when fi-patch was killed during one; the next command finishes it."""

@@ -14,6 +14,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,6 +27,8 @@ from fi_patcher.model import ManifestEntry
 SCHEMA = 1
 STORE_DIR = ".fi-patch"
 LOCK_TIMEOUT = 120.0
+TEMPORARY_SUFFIX = ".fi-patch-tmp"
+BACKUP_NAME = re.compile(r"[0-9a-f]{64}\.py")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -92,7 +95,12 @@ class Store:
 
     def read_backup(self, entry: ManifestEntry) -> bytes:
         """The backup's bytes, after checking them against the manifest."""
-        path = self.backups / Path(entry.backup).name
+        if not BACKUP_NAME.fullmatch(entry.backup):
+            raise StoreProblem(
+                f"the manifest names the backup {entry.backup!r}, which fi-patch never writes; "
+                "refusing to read it"
+            )
+        path = self.backups / entry.backup
         try:
             data = path.read_bytes()
         except FileNotFoundError as exc:
@@ -166,7 +174,7 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
     temporary = ""
     try:
         descriptor, temporary = tempfile.mkstemp(
-            dir=path.parent, prefix=f".{path.name}.", suffix=".fi-patch-tmp"
+            dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX
         )
         with os.fdopen(descriptor, "wb") as handle:
             descriptor = -1
@@ -189,6 +197,16 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
         if temporary:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+
+
+def clear_temporaries(path: Path) -> list[Path]:
+    """Delete temporary files that a killed fi-patch left beside `path` (see `atomic_write`)."""
+    removed = []
+    for temporary in sorted(path.parent.glob(f".{path.name}.*{TEMPORARY_SUFFIX}")):
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+            removed.append(temporary)
+    return removed
 
 
 def clear_bytecode(source: Path) -> list[Path]:
