@@ -39,3 +39,15 @@ def test_every_json_state_is_documented() -> None:
     text = (DOCS / "json.md").read_text()
     for state in State:
         assert f"`{state.value}`" in text
+
+
+def test_fault_table_names_every_fault_test() -> None:
+    documented = set(re.findall(r"\| `(test_\w+)` \|", (DOCS / "faults.md").read_text()))
+    faults = Path(__file__).resolve().parent / "faults"
+    written = {
+        name
+        for path in faults.glob("test_*.py")
+        for name in re.findall(r"^def (test_\w+)\(", path.read_text(), re.M)
+    }
+    assert documented == written
+    assert len(written) >= 25

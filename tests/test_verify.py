@@ -18,9 +18,9 @@ from fi_patcher.errors import ExitCode
 from fi_patcher.verify import diagnose_packaging, judge_trace
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, state_of
-from tests.support.deps import CPU_TORCH, shared, use
+from tests.support.deps import use
 from tests.support.releases import RELEASES, released_text
-from tests.support.venvs import python_of, target_file
+from tests.support.venvs import target_file
 from tests.test_codemod import expected
 
 
@@ -86,26 +86,6 @@ def test_apply_for_people_says_before_fails_after_passes(
     assert "pre-flight: torch 2.14.1+cu130: torch.version.cuda = '13.0'; nvcc 13.0" in run.text
     assert "before: fails at torch.compile(fullgraph=True) trace: Unsupported" in run.text
     assert "after: passes" in run.text
-
-
-def test_cpu_torch_is_refused_as_inert(runner: CliRunner, venv_with: MakeVenv) -> None:
-    venv = venv_with("0.7.4")
-    use(venv, shared(CPU_TORCH))
-    run = fi_patch(runner, "apply", "--venv", venv)
-    assert run.code == ExitCode.INERT
-    assert "torch 2.13.0+cpu" in run.text and "is a CPU build" in run.text
-    assert "change nothing" in run.text
-    assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.4"])
-    assert not (venv / ".fi-patch").exists()
-
-
-def test_missing_torch_names_the_interpreter(runner: CliRunner, venv_with: MakeVenv) -> None:
-    venv = venv_with("0.7.4")
-    use(venv, None)
-    run = fi_patch(runner, "apply", "--venv", venv)
-    assert run.code == ExitCode.NO_TORCH
-    assert f"torch is not installed for {python_of(venv)}" in run.text
-    assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.4"])
 
 
 def test_toolkit_mismatch_is_refused_unless_allowed(venv_with: MakeVenv, tmp_path: Path) -> None:

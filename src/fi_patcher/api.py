@@ -26,6 +26,7 @@ from fi_patcher.errors import (
     StoreProblem,
     Unsupported,
     VerificationFailed,
+    WriteFailed,
 )
 from fi_patcher.installed import find_installed
 from fi_patcher.model import Assessment, Interpreter, ManifestEntry, Patch, State, Verdict
@@ -130,6 +131,7 @@ def apply(target: Target, patch: Patch, options: ApplyOptions | None = None) -> 
     assert inspection.assessment.installed is not None
     with inspection.store.lock():
         clear_temporaries(inspection.assessment.installed.file.path)
+        inspection.store.drop_orphans(inspection.store.load())
         # Look again under the lock: another fi-patch may have written meanwhile.
         return _apply(_inspect(interpreter, patch), interpreter, options, checked)
 
@@ -157,6 +159,7 @@ def revert(target: Target, patch: Patch, *, force: bool = False) -> RevertResult
         return RevertResult("nothing-to-revert", "nothing to revert: fi-patch never patched here")
     with store.lock():
         entries = store.load()
+        store.drop_orphans(entries)
         entry = entries.get(patch.id)
         if entry is None:
             return RevertResult(
@@ -232,20 +235,22 @@ def _apply(
         return ApplyResult("already-applied", assessment)
     if not _writes(assessment, options.force):
         raise _refusal(assessment)
+    assert checked is not None, "apply runs the pre-flight before any write"
+    facts, warnings = checked
+    if not options.verify:
+        warnings += ("verification skipped (--no-verify): nothing proves the patch works here",)
+    if state is State.PATCHED:  # fi-patch's bytes, left by an interrupted run
+        if options.dry_run:
+            return ApplyResult("would-apply", assessment, preflight=facts, warnings=warnings)
+        return _finish(inspection, interpreter, options, facts, warnings)
     assert assessment.installed is not None and assessment.patched_text is not None
     assert inspection.source is not None
     path = assessment.installed.file.path
     diff = render_diff(
         inspection.source.decode("utf-8"), assessment.patched_text, assessment.patch.target
     )
-    assert checked is not None, "apply runs the pre-flight before any write"
-    facts, warnings = checked
-    if not options.verify:
-        warnings += ("verification skipped (--no-verify): nothing proves the patch works here",)
     if options.dry_run:
         return ApplyResult("would-apply", assessment, diff, preflight=facts, warnings=warnings)
-    if state is State.PATCHED:
-        return _finish(inspection, interpreter, options, facts, warnings)
     before = None
     if options.verify:
         options.progress("tracing the unpatched function in the target (importing torch)")
@@ -314,7 +319,12 @@ def _write(
         status="applying",
     )
     store.save({**inspection.entries, entry.patch_id: entry})
-    atomic_write(path, patched, mode=stat.S_IMODE(os.stat(path).st_mode))
+    try:
+        atomic_write(path, patched, mode=stat.S_IMODE(os.stat(path).st_mode))
+    except WriteFailed:
+        # The target is untouched (atomic_write removed its temporary): undo the record too.
+        _undo_record(inspection)
+        raise
     cleared = clear_bytecode(path)
     return _Written(entry, store.backups / backup, tuple(cleared))
 
@@ -391,11 +401,14 @@ def _roll_back(inspection: _Inspection, path: Path) -> None:
     assert inspection.source is not None
     atomic_write(path, inspection.source, mode=stat.S_IMODE(os.stat(path).st_mode))
     clear_bytecode(path)
-    entry = inspection.entries.get(inspection.assessment.patch.id)
+    _undo_record(inspection)
+
+
+def _undo_record(inspection: _Inspection) -> None:
+    """The manifest as it was before this apply, and no backup that only this apply needed."""
+    assert inspection.source is not None
     inspection.store.save(dict(inspection.entries))
-    new_backup = f"{sha256_bytes(inspection.source)}.py"
-    if entry is None or entry.backup != new_backup:
-        inspection.store.drop_backup(new_backup, inspection.entries)
+    inspection.store.drop_backup(f"{sha256_bytes(inspection.source)}.py", inspection.entries)
 
 
 def _writes(assessment: Assessment, force: bool) -> bool:

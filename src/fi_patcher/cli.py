@@ -385,6 +385,11 @@ def _render_apply(out: Console, target: api.Target, result: api.ApplyResult) -> 
         "would-apply": ("yellow", "dry run: this diff would be applied; nothing was changed"),
         "already-applied": ("green", f"already applied: {a.reason}"),
         "not-applicable": ("cyan", a.reason),
+        "finished": (
+            "green",
+            f"finished the interrupted {a.interrupted}: fi-patch's bytes are in place and "
+            "recorded as applied",
+        ),
     }
     style, message = messages[result.action]
     out.print(Text(message, style=style))

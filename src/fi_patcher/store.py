@@ -119,6 +119,13 @@ class Store:
             )
         return data
 
+    def drop_orphans(self, entries: dict[str, ManifestEntry]) -> None:
+        """Delete backups no entry names: left by a run killed between backup and manifest."""
+        if self.backups.is_dir():
+            for path in self.backups.iterdir():
+                if BACKUP_NAME.fullmatch(path.name):
+                    self.drop_backup(path.name, entries)
+
     def drop_backup(self, name: str, entries: dict[str, ManifestEntry]) -> None:
         if all(e.backup != name for e in entries.values()):
             with contextlib.suppress(FileNotFoundError):

@@ -1,0 +1,503 @@
+"""The fault and bad-input scenarios, one test each (docs/faults.md lists them).
+
+Every test asserts the message a person sees (what happened, where, what to do), the documented
+exit code, and the target file's sha256 afterwards. Faults are real where they can be made real:
+real interpreters that fail or hang, real mounts for a read-only folder and a full disk, a real
+reinstall by pip, real symlinks; the one injected fault is said so in its test.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fi_patcher.errors import ExitCode
+from tests.conftest import MakeVenv
+from tests.faults.support import expect, fill, mounted, sha256, stale_temporaries
+from tests.support.cli import Run, fi_patch, state_of
+from tests.support.deps import CPU_TORCH, shared, use
+from tests.support.releases import RELEASES, TARGET, fetch, released_text
+from tests.support.venvs import (
+    create_venv,
+    pip,
+    python_of,
+    replace_bytes,
+    site_packages,
+    target_file,
+)
+from tests.test_codemod import expected
+
+ORIGINAL_074 = hashlib.sha256(released_text(RELEASES["0.7.4"])).hexdigest()
+
+
+def _apply(runner: CliRunner, venv: Path, *more: str) -> Run:
+    return fi_patch(runner, "apply", "--venv", venv, "--no-verify", *more)
+
+
+def _dist_info(venv: Path) -> Path:
+    (info,) = site_packages(venv).glob("flashinfer_python-*.dist-info")
+    return info
+
+
+def _rerecord(venv: Path, data: bytes) -> None:
+    """Install `data` as cpp_ext.py the way an installer would: file and RECORD agree."""
+    path = target_file(venv)
+    replace_bytes(path, data)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    record = _dist_info(venv) / "RECORD"
+    lines = [
+        f"{TARGET},sha256={digest},{len(data)}" if line.startswith(TARGET + ",") else line
+        for line in record.read_text().splitlines()
+    ]
+    replace_bytes(record, ("\n".join(lines) + "\n").encode())
+
+
+def _fake_python(venv: Path, script: str, mode: int = 0o755) -> None:
+    python = python_of(venv)
+    (venv / "bin" / "python3").unlink(missing_ok=True)
+    python.unlink()
+    python.write_text(script)
+    python.chmod(mode)
+
+
+# --- the environment ----------------------------------------------------------------------------
+
+
+def test_venv_path_missing(runner: CliRunner, tmp_path: Path) -> None:
+    run = fi_patch(runner, "apply", "--venv", tmp_path / "ml-env")
+    expect(
+        run,
+        ExitCode.ENVIRONMENT,
+        f"no such environment: {tmp_path / 'ml-env'}",
+        "create it with `python -m venv`",
+    )
+
+
+def test_path_is_not_an_environment(runner: CliRunner, tmp_path: Path) -> None:
+    run = fi_patch(runner, "apply", "--venv", tmp_path)
+    expect(
+        run,
+        ExitCode.ENVIRONMENT,
+        f"{tmp_path} is not a Python environment: it has no bin/python",
+        "point --venv at the folder that holds bin/python",
+    )
+
+
+def test_interpreter_broken(runner: CliRunner, tmp_path: Path) -> None:
+    venv = create_venv(tmp_path / "venv")
+    _fake_python(
+        venv, "#!/bin/sh\necho 'libpython3.11.so.1.0: cannot open shared object' >&2\nexit 127\n"
+    )
+    run = fi_patch(runner, "apply", "--venv", venv)
+    expect(
+        run,
+        ExitCode.ENVIRONMENT,
+        f"the interpreter {python_of(venv)} could not run fi-patch's probe (exit status 127)",
+        "cannot open shared object",
+        "check that this interpreter starts",
+    )
+
+
+def test_interpreter_not_executable(runner: CliRunner, tmp_path: Path) -> None:
+    venv = create_venv(tmp_path / "venv")
+    _fake_python(venv, "not a program\n", mode=0o644)
+    run = fi_patch(runner, "apply", "--venv", venv)
+    expect(
+        run,
+        ExitCode.ENVIRONMENT,
+        f"cannot run the interpreter {python_of(venv)}",
+        "Permission denied",
+        "python -m venv --clear",
+    )
+
+
+def test_probe_times_out(runner: CliRunner, tmp_path: Path) -> None:
+    venv = create_venv(tmp_path / "venv")
+    _fake_python(venv, "#!/bin/sh\nexec sleep 30\n")
+    run = fi_patch(runner, "apply", "--venv", venv, "--timeout", "1")
+    expect(run, ExitCode.ENVIRONMENT, "did not finish the probe within 1 s", "raise --timeout")
+
+
+def test_flashinfer_not_installed(runner: CliRunner, empty_venv: Path) -> None:
+    run = fi_patch(runner, "apply", "--venv", empty_venv)
+    expect(
+        run,
+        ExitCode.NOT_INSTALLED,
+        f"flashinfer-python is not installed in {empty_venv}",
+        "check that --venv names the environment your server runs in",
+    )
+    assert not (empty_venv / ".fi-patch").exists()
+
+
+def test_torch_not_installed(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.7.4")
+    use(venv, None)
+    run = fi_patch(runner, "apply", "--venv", venv)
+    expect(
+        run,
+        ExitCode.NO_TORCH,
+        f"torch is not installed for {python_of(venv)}",
+        "install torch in that environment",
+    )
+    assert sha256(target_file(venv)) == ORIGINAL_074
+
+
+def test_torch_cpu_build(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.7.4")
+    use(venv, shared(CPU_TORCH))
+    run = fi_patch(runner, "apply", "--venv", venv)
+    expect(
+        run,
+        ExitCode.INERT,
+        "torch 2.13.0+cpu",
+        "is a CPU build (torch.version.cuda is None)",
+        "change nothing",
+        "install a CUDA build of torch",
+    )
+    assert sha256(target_file(venv)) == ORIGINAL_074
+    assert not (venv / ".fi-patch").exists()
+
+
+# --- what is installed --------------------------------------------------------------------------
+
+
+def test_unknown_flashinfer_version(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.6.0rc1")
+    before = sha256(target_file(venv))
+    run = _apply(runner, venv)
+    expect(
+        run,
+        ExitCode.UNSUPPORTED,
+        "refusing to patch: 0.6.0rc1 is outside every known range",
+        "installed: flashinfer-python 0.6.0rc1",
+        f"file: {target_file(venv)}",
+        "shape B <=0.7.4,>=0.4.0",
+        "`apply --force` patches an unknown version only where",
+    )
+    assert sha256(target_file(venv)) == before
+
+    forced = _apply(runner, venv, "--force", "--json")
+    expect(forced, ExitCode.OK)
+    assert forced.json["results"][0]["action"] == "applied"
+    assert state_of(runner, venv) == ("patched", ExitCode.OK)
+    entry = json.loads((venv / ".fi-patch" / "manifest.json").read_text())["entries"][0]
+    assert entry["forced"] is True
+    expect(fi_patch(runner, "revert", "--venv", venv), ExitCode.OK)
+    assert sha256(target_file(venv)) == before
+
+
+def test_unknown_version_with_edited_function_is_refused_even_forced(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.6.0rc1")
+    edited = (
+        target_file(venv)
+        .read_bytes()
+        .replace(b"return Version(matches[0])", b"return Version('1.0')")
+    )
+    _rerecord(venv, edited)
+    run = _apply(runner, venv, "--force")
+    expect(run, ExitCode.UNSUPPORTED, "is not one fi-patch knows", "found at lines")
+    assert target_file(venv).read_bytes() == edited
+
+
+def test_known_version_with_edited_function(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.7.4")
+    edited = target_file(venv).read_bytes().replace(b'"bin/nvcc"', b'"bin/nvcc-12.8"', 1)
+    replace_bytes(target_file(venv), edited)
+    assert state_of(runner, venv) == ("drifted", ExitCode.DRIFTED)
+    run = _apply(runner, venv)
+    expect(
+        run,
+        ExitCode.DRIFTED,
+        "refusing to patch: the text of get_cuda_version is not one fi-patch knows",
+        "installed: flashinfer-python 0.7.4",
+        "found at lines 67-87",
+        "bin/nvcc-12.8",
+        "pip install --force-reinstall --no-deps flashinfer-python==0.7.4",
+    )
+    expect(_apply(runner, venv, "--force"), ExitCode.DRIFTED)
+    assert target_file(venv).read_bytes() == edited
+
+
+def test_editable_install(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    direct_url = {"url": "file:///src/flashinfer", "dir_info": {"editable": True}}
+    # pip wrote a direct_url.json (hardlinked to the template's): replace it, never edit it.
+    replace_bytes(_dist_info(venv) / "direct_url.json", json.dumps(direct_url).encode())
+    before = sha256(target_file(venv))
+    run = _apply(runner, venv)
+    expect(
+        run,
+        ExitCode.LAYOUT,
+        "flashinfer-python is an editable install of file:///src/flashinfer",
+        "edit your checkout instead",
+    )
+    assert sha256(target_file(venv)) == before
+
+
+def test_legacy_develop_install(runner: CliRunner, empty_venv: Path) -> None:
+    (site_packages(empty_venv) / "flashinfer-python.egg-link").write_text("/src/flashinfer\n.\n")
+    run = fi_patch(runner, "check", "--venv", empty_venv)
+    expect(run, ExitCode.LAYOUT, "is an editable (develop) install", "edit your checkout")
+
+
+def test_two_flashinfer_dist_infos(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    info = _dist_info(venv)
+    shutil.copytree(info, info.with_name("flashinfer_python-0.4.1.dist-info"))
+    before = sha256(target_file(venv))
+    run = _apply(runner, venv)
+    expect(
+        run,
+        ExitCode.LAYOUT,
+        f"flashinfer-python is installed 2 times in {venv}",
+        "flashinfer_python-0.4.1.dist-info",
+        "flashinfer_python-0.5.0.dist-info",
+        "remove the stale metadata folders",
+    )
+    assert sha256(target_file(venv)) == before
+
+
+def test_cpp_ext_missing(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    target_file(venv).unlink()
+    run = _apply(runner, venv)
+    expect(
+        run,
+        ExitCode.LAYOUT,
+        f"{target_file(venv)} is missing",
+        "pip install --force-reinstall --no-deps flashinfer-python==0.5.0",
+    )
+    assert not target_file(venv).exists()
+
+
+def test_cpp_ext_not_listed_in_record(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    record = _dist_info(venv) / "RECORD"
+    kept = [x for x in record.read_text().splitlines() if not x.startswith(TARGET + ",")]
+    replace_bytes(record, ("\n".join(kept) + "\n").encode())
+    before = sha256(target_file(venv))
+    run = _apply(runner, venv)
+    expect(
+        run,
+        ExitCode.LAYOUT,
+        "does not list flashinfer/jit/cpp_ext.py",
+        "writes only files the installer recorded",
+    )
+    assert sha256(target_file(venv)) == before
+
+
+def test_cpp_ext_not_utf8(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.7.4")
+    latin1 = released_text(RELEASES["0.7.4"]) + "# réglage local\n".encode("latin-1")
+    _rerecord(venv, latin1)
+    run = _apply(runner, venv)
+    expect(run, ExitCode.DRIFTED, "is not UTF-8", "pip install --force-reinstall")
+    assert target_file(venv).read_bytes() == latin1
+
+
+def test_crlf_line_endings_are_kept(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.7.4")
+    crlf = released_text(RELEASES["0.7.4"]).replace(b"\n", b"\r\n")
+    _rerecord(venv, crlf)
+    assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
+    expect(_apply(runner, venv), ExitCode.OK, "applied cuda-version-torch-first")
+    assert target_file(venv).read_bytes() == expected("0.7.4").encode().replace(b"\n", b"\r\n")
+    expect(fi_patch(runner, "revert", "--venv", venv), ExitCode.OK)
+    assert target_file(venv).read_bytes() == crlf
+
+
+def test_target_folder_read_only(runner: CliRunner, venv_with: MakeVenv) -> None:
+    """Real: the folder is bind-mounted read-only (chmod does not stop root)."""
+    venv = venv_with("0.7.4")
+    with mounted(target_file(venv).parent, read_only=True):
+        run = _apply(runner, venv)
+        expect(
+            run,
+            ExitCode.WRITE,
+            f"cannot write {target_file(venv)}: Read-only file system",
+            "run fi-patch as the user who owns the environment",
+        )
+        assert sha256(target_file(venv)) == ORIGINAL_074
+        assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
+    assert json.loads((venv / ".fi-patch" / "manifest.json").read_text())["entries"] == []
+    assert list((venv / ".fi-patch" / "backups").iterdir()) == []
+
+
+def test_disk_full_while_writing_the_temporary_file(runner: CliRunner, venv_with: MakeVenv) -> None:
+    """Real: the folder is a tmpfs filled to the last byte, so the write fails with ENOSPC."""
+    venv = venv_with("0.7.4")
+    folder = target_file(venv).parent
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) + 1024 * 1024
+    with mounted(folder, size=size):
+        fill(folder)
+        run = _apply(runner, venv)
+        expect(
+            run,
+            ExitCode.WRITE,
+            f"cannot write {target_file(venv)}: No space left on device",
+            "free some disk space",
+        )
+        assert sha256(target_file(venv)) == ORIGINAL_074
+        assert stale_temporaries(venv) == []
+    assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
+
+
+def test_target_file_symlink_outside_site_packages(
+    runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
+) -> None:
+    venv = venv_with("0.5.0")
+    outside = tmp_path / "outside.py"
+    outside.write_bytes(target_file(venv).read_bytes())
+    target_file(venv).unlink()
+    target_file(venv).symlink_to(outside)
+    before = sha256(outside)
+    run = _apply(runner, venv)
+    expect(
+        run,
+        ExitCode.LAYOUT,
+        f"{target_file(venv)} is a symlink to {outside}",
+        "does not write through links",
+        "reinstall FlashInfer",
+    )
+    assert sha256(outside) == before
+    assert target_file(venv).is_symlink()
+
+
+def test_venv_path_given_through_a_symlink(
+    runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
+) -> None:
+    venv = venv_with("0.5.0")
+    link = tmp_path / "ml-env"
+    link.symlink_to(venv)
+    expect(_apply(runner, link), ExitCode.OK, f"environment {link}")
+    assert target_file(venv).read_bytes() == expected("0.5.0").encode()
+    expect(fi_patch(runner, "revert", "--venv", link), ExitCode.OK, "restored the original bytes")
+    assert target_file(venv).read_bytes() == released_text(RELEASES["0.5.0"])
+
+
+# --- fi-patch's own records ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("manifest", "message"),
+    [
+        pytest.param("{not json", "is corrupt", id="corrupted"),
+        pytest.param('{"schema": 1, "entries": [{"x": 1}]}', "is corrupt", id="bad-entry"),
+    ],
+)
+def test_manifest_corrupted(
+    runner: CliRunner, venv_with: MakeVenv, manifest: str, message: str
+) -> None:
+    venv = venv_with("0.5.0")
+    before = sha256(target_file(venv))
+    (venv / ".fi-patch").mkdir()
+    (venv / ".fi-patch" / "manifest.json").write_text(manifest)
+    for command in ("check", "apply", "revert"):
+        run = fi_patch(runner, command, "--venv", venv)
+        expect(
+            run,
+            ExitCode.STORE,
+            f"{venv / '.fi-patch' / 'manifest.json'} {message}",
+            "the original bytes are still in",
+        )
+    assert sha256(target_file(venv)) == before
+
+
+def test_manifest_from_a_newer_schema(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    before = sha256(target_file(venv))
+    (venv / ".fi-patch").mkdir()
+    (venv / ".fi-patch" / "manifest.json").write_text('{"schema": 99, "entries": []}')
+    for command in ("check", "apply", "revert"):
+        run = fi_patch(runner, command, "--venv", venv)
+        expect(
+            run,
+            ExitCode.STORE,
+            "was written by a newer fi-patch (schema 99; this fi-patch reads 1)",
+            "upgrade fi-patch",
+        )
+    assert sha256(target_file(venv)) == before
+
+
+def test_backup_missing(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    expect(_apply(runner, venv), ExitCode.OK)
+    patched = sha256(target_file(venv))
+    for backup in (venv / ".fi-patch" / "backups").iterdir():
+        backup.unlink()
+    run = fi_patch(runner, "revert", "--venv", venv)
+    expect(
+        run,
+        ExitCode.STORE,
+        "is missing",
+        "pip install --force-reinstall --no-deps flashinfer-python==0.5.0",
+    )
+    assert sha256(target_file(venv)) == patched
+
+
+def test_backup_tampered(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    expect(_apply(runner, venv), ExitCode.OK)
+    patched = sha256(target_file(venv))
+    (backup,) = (venv / ".fi-patch" / "backups").iterdir()
+    replace_bytes(backup, backup.read_bytes() + b"import os; os.system('true')\n")
+    run = fi_patch(runner, "revert", "--venv", venv)
+    expect(
+        run,
+        ExitCode.STORE,
+        "does not match the manifest",
+        "refusing to restore it",
+        "pip install --force-reinstall",
+    )
+    assert sha256(target_file(venv)) == patched
+
+
+def test_manifest_naming_a_path_outside_the_environment(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.5.0")
+    expect(_apply(runner, venv), ExitCode.OK)
+    patched = sha256(target_file(venv))
+    manifest = venv / ".fi-patch" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["entries"][0]["relpath"] = "../../../../etc/passwd"
+    manifest.write_text(json.dumps(data))
+    run = fi_patch(runner, "revert", "--venv", venv)
+    expect(run, ExitCode.STORE, "the manifest names an unsafe path '../../../../etc/passwd'")
+    assert sha256(target_file(venv)) == patched
+
+
+def test_reinstall_between_apply_and_revert(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    expect(_apply(runner, venv), ExitCode.OK)
+    pip(
+        venv,
+        "install",
+        "--force-reinstall",
+        "--no-deps",
+        "--no-index",
+        str(fetch(RELEASES["0.5.0"])),
+    )
+    expect(
+        fi_patch(runner, "check", "--venv", venv),
+        ExitCode.NEEDS_APPLY,
+        "wiped",
+        "a reinstall put the original back",
+    )
+    run = fi_patch(runner, "revert", "--venv", venv)
+    expect(
+        run,
+        ExitCode.OK,
+        "already the original bytes (a reinstall put them back)",
+        "the record is cleared",
+    )
+    assert target_file(venv).read_bytes() == released_text(RELEASES["0.5.0"])
+    assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
