@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint demo clean
+.PHONY: dev test lint demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,12 +18,15 @@ test: $(STAMP)
 	$(BIN)/python -m pytest --cov --cov-branch --cov-report=term
 
 lint: $(STAMP)
-	$(BIN)/ruff format --check src tests patches
-	$(BIN)/ruff check src tests patches
+	$(BIN)/ruff format --check src tests patches benchmarks
+	$(BIN)/ruff check src tests patches benchmarks
 	$(BIN)/mypy
 
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh build/demo-venv
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from fi_patcher import __version__
-from fi_patcher.codemod import AlreadyApplied, Transformed, Unrecognised, render_diff, transform
+from fi_patcher.codemod import AlreadyApplied, Transformed, Unrecognised, transform
+from fi_patcher.recognise import render_diff
 from fi_patcher.registry import load_patches, select
 from tests.support.releases import RELEASES, released_text
 

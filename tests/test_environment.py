@@ -46,10 +46,37 @@ def test_python_option_names_the_interpreter(runner: CliRunner, venv_with: MakeV
     assert run.json["results"][0]["state"] == "pristine"
 
 
-def test_both_venv_and_python_is_usage(runner: CliRunner, tmp_path: Path) -> None:
-    run = fi_patch(runner, "check", "--venv", tmp_path, "--python", sys.executable)
-    assert run.code == ExitCode.USAGE
-    assert "not both" in run.text
+def test_several_targets_report_each_and_exit_with_the_highest_code(
+    runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
+) -> None:
+    patched, pristine = venv_with("0.5.0"), venv_with("0.7.4")
+    assert fi_patch(runner, "apply", "--venv", patched, "--no-verify").code == ExitCode.OK
+    missing = tmp_path / "missing"
+    run = fi_patch(
+        runner,
+        "check",
+        "--venv",
+        patched,
+        "--python",
+        python_of(pristine),
+        "--venv",
+        missing,
+        "--json",
+    )
+    assert run.code == ExitCode.ENVIRONMENT
+    # Every --venv in order, then every --python.
+    first, second, third = run.json["results"]
+    assert (first["environment"], first["state"]) == (str(patched), "patched")
+    assert second["target"] == f"--venv {missing}"
+    assert "no such environment" in second["error"]["message"]
+    assert (third["environment"], third["state"]) == (str(pristine), "pristine")
+
+    wide = CliRunner(env={"VIRTUAL_ENV": None, "NO_COLOR": "1", "COLUMNS": "250"})
+    people = fi_patch(wide, "check", "--venv", patched, "--venv", pristine)
+    assert people.code == ExitCode.NEEDS_APPLY
+    assert "summary" in people.text
+    assert f"--venv {patched} patched 0" in people.text
+    assert f"--venv {pristine} pristine 3" in people.text
 
 
 def test_stray_output_from_pth_files_cannot_break_the_probe(

@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from fi_patcher.codemod import function_hashes
 from fi_patcher.model import Verdict
+from fi_patcher.recognise import function_hashes
 from fi_patcher.registry import RegistryError, load_patches, parse_patch, select
 from tests.support.releases import RELEASES, released_text
 

@@ -16,7 +16,6 @@ from pathlib import Path, PurePosixPath
 
 from fi_patcher import __version__
 from fi_patcher.assess import assess
-from fi_patcher.codemod import render_diff
 from fi_patcher.environment import PROBE_TIMEOUT, choose_python, compile_check, probe
 from fi_patcher.errors import (
     Drifted,
@@ -30,6 +29,7 @@ from fi_patcher.errors import (
 )
 from fi_patcher.installed import find_installed
 from fi_patcher.model import Assessment, Interpreter, ManifestEntry, Patch, State, Verdict
+from fi_patcher.recognise import render_diff
 from fi_patcher.registry import known_ranges
 from fi_patcher.store import (
     Store,
@@ -113,7 +113,7 @@ def open_target(
 
 def check(target: Target, patch: Patch) -> Assessment:
     """The target's state. Reads only: takes no lock and creates nothing."""
-    return _inspect(target.interpreter, patch).assessment
+    return _inspect(target.interpreter, patch, rewrite=False).assessment
 
 
 def apply(target: Target, patch: Patch, options: ApplyOptions | None = None) -> ApplyResult:
@@ -420,7 +420,7 @@ def _writes(assessment: Assessment, force: bool) -> bool:
     return assessment.state is State.DRIFTED and force and assessment.patched_text is not None
 
 
-def _inspect(interpreter: Interpreter, patch: Patch) -> _Inspection:
+def _inspect(interpreter: Interpreter, patch: Patch, *, rewrite: bool = True) -> _Inspection:
     store = Store(interpreter.prefix)
     entries = store.load()
     installed = find_installed(interpreter, patch.distribution, patch.target)
@@ -434,7 +434,9 @@ def _inspect(interpreter: Interpreter, patch: Patch) -> _Inspection:
                 remedy="reinstall FlashInfer so that the file is a regular file",
             )
         source = _read(path)
-    assessment = assess(patch, installed, source, entries.get(patch.id), __version__)
+    assessment = assess(
+        patch, installed, source, entries.get(patch.id), __version__, rewrite=rewrite
+    )
     return _Inspection(assessment, source, entries, store)
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fi_patcher.codemod import AlreadyApplied, Unrecognised, transform
 from fi_patcher.errors import LayoutProblem
-from fi_patcher.model import Assessment, Installed, ManifestEntry, Patch, State, Verdict
+from fi_patcher.model import Assessment, Installed, ManifestEntry, Patch, Shape, State, Verdict
+from fi_patcher.recognise import Unrecognised, recognise
 from fi_patcher.registry import select
 from fi_patcher.store import sha256_bytes
 
@@ -22,7 +22,11 @@ def assess(
     source: bytes | None,
     entry: ManifestEntry | None,
     tool_version: str,
+    *,
+    rewrite: bool = True,
 ) -> Assessment:
+    """The state of one target. With `rewrite`, a patchable target also gets its patched text
+    (the libcst engine's work, which `check` does not need)."""
     if installed is None:
         return Assessment(
             State.NOT_INSTALLED, f"{patch.distribution} is not installed", patch, entry=entry
@@ -77,19 +81,24 @@ def assess(
 
     unknown = selection.verdict is Verdict.UNKNOWN
     shapes = patch.shapes if unknown else (selection.shape,) if selection.shape else ()
-    result = transform(text, patch, shapes, tool_version, structural=unknown)
-    if isinstance(result, Unrecognised):
-        return replace(facts, reason=result.reason, sha256=sha, found=result.found)
-    if isinstance(result, AlreadyApplied):
-        return replace(
-            facts,
-            state=State.DRIFTED,
-            reason=f"{patch.function} carries this patch, but fi-patch has no record of writing "
-            "these bytes here, so it cannot restore the original",
-            shape=result.shape,
-            sha256=sha,
-            found=result.found,
-        )
+    matched = recognise(text, patch, shapes, structural=unknown)
+    if isinstance(matched, Unrecognised):
+        # Rare: tell "someone else's edit" from "our patch without our record" with the engine.
+        from fi_patcher.codemod import AlreadyApplied, transform
+
+        result = transform(text, patch, shapes, tool_version, structural=unknown)
+        if isinstance(result, AlreadyApplied):
+            return replace(
+                facts,
+                state=State.DRIFTED,
+                reason=f"{patch.function} carries this patch, but fi-patch has no record of "
+                "writing these bytes here, so it cannot restore the original",
+                shape=result.shape,
+                sha256=sha,
+                found=result.found,
+            )
+        return replace(facts, reason=matched.reason, sha256=sha, found=matched.found)
+    patched_text = _patched_text(text, patch, matched.shape, tool_version) if rewrite else None
     record = installed.file.record_sha256
     if record is not None and sha != record:
         return replace(
@@ -97,20 +106,20 @@ def assess(
             state=State.DRIFTED,
             reason=f"{patch.function} is the original, but the file differs from RECORD elsewhere "
             f"(sha256 {sha[:12]}…, RECORD {record[:12]}…)",
-            shape=result.shape,
+            shape=matched.shape,
             sha256=sha,
-            found=result.found,
+            found=matched.found,
         )
     if unknown:
         return replace(
             facts,
             state=State.DRIFTED,
-            reason=f"{selection.reason}; its {patch.function} matches shape {result.shape.name} "
+            reason=f"{selection.reason}; its {patch.function} matches shape {matched.shape.name} "
             "structurally, so `apply --force` can patch it",
-            shape=result.shape,
+            shape=matched.shape,
             sha256=sha,
-            found=result.found,
-            patched_text=result.text,
+            found=matched.found,
+            patched_text=patched_text,
         )
     if entry is not None and interrupted:
         return replace(
@@ -118,10 +127,10 @@ def assess(
             state=State.PRISTINE,
             reason=f"FlashInfer's original bytes: an interrupted fi-patch {interrupted} left "
             "them in place; `fi-patch apply` patches, `fi-patch revert` clears the record",
-            shape=result.shape,
+            shape=matched.shape,
             sha256=sha,
-            found=result.found,
-            patched_text=result.text,
+            found=matched.found,
+            patched_text=patched_text,
             interrupted=interrupted,
         )
     if entry is not None:
@@ -129,19 +138,19 @@ def assess(
             facts,
             state=State.WIPED,
             reason=f"fi-patch patched it at {entry.applied_at}; a reinstall put the original back",
-            shape=result.shape,
+            shape=matched.shape,
             sha256=sha,
-            found=result.found,
-            patched_text=result.text,
+            found=matched.found,
+            patched_text=patched_text,
         )
     return replace(
         facts,
         state=State.PRISTINE,
-        reason=f"FlashInfer's original {patch.function} (shape {result.shape.name}); needs apply",
-        shape=result.shape,
+        reason=f"FlashInfer's original {patch.function} (shape {matched.shape.name}); needs apply",
+        shape=matched.shape,
         sha256=sha,
-        found=result.found,
-        patched_text=result.text,
+        found=matched.found,
+        patched_text=patched_text,
     )
 
 
@@ -149,3 +158,11 @@ def _interrupted(entry: ManifestEntry | None) -> str | None:
     if entry is None or entry.status == "applied":
         return None
     return "revert" if entry.status == "reverting" else "apply"
+
+
+def _patched_text(text: str, patch: Patch, shape: Shape, tool_version: str) -> str | None:
+    # Imported here: libcst is the slowest import of all, and only writing needs it.
+    from fi_patcher.codemod import Transformed, transform
+
+    result = transform(text, patch, (shape,), tool_version, structural=True)
+    return result.text if isinstance(result, Transformed) else None

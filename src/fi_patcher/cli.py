@@ -8,7 +8,8 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -39,17 +40,20 @@ app = typer.Typer(
 )
 
 Venv = Annotated[
-    Path | None,
+    list[Path] | None,
     typer.Option(
         "--venv",
-        help="The target environment: a venv or conda prefix (holding bin/python). "
-        "Default: $VIRTUAL_ENV, then $CONDA_PREFIX.",
+        help="A target environment: a venv or conda prefix (holding bin/python). Repeat it for "
+        "several; the exit code is the highest of theirs. Default: $VIRTUAL_ENV, then "
+        "$CONDA_PREFIX.",
         show_default=False,
     ),
 ]
 Python = Annotated[
-    Path | None,
-    typer.Option("--python", help="The target interpreter, instead of --venv.", show_default=False),
+    list[Path] | None,
+    typer.Option(
+        "--python", help="A target interpreter, instead of or beside --venv.", show_default=False
+    ),
 ]
 Timeout = Annotated[
     float,
@@ -126,27 +130,30 @@ def apply_command(
     that fails, the original bytes are restored (exit 13). Idempotent.
     """
 
-    def run(out: Console) -> int:
-        target = api.open_target(venv, python, os.environ, timeout)
-        documents = []
-        for patch in load_patches():
-            with _progress(as_json) as progress:
-                options = api.ApplyOptions(
-                    dry_run=dry_run,
-                    force=force,
-                    verify=not no_verify,
-                    allow_mismatch=allow_mismatch,
-                    timeout=timeout,
-                    verify_timeout=verify_timeout,
-                    progress=progress,
-                )
-                result = api.apply(target, patch, options)
-            documents.append(_apply_json(target, result))
-            if not as_json:
-                _render_apply(out, target, result)
-        return _finish(out, as_json, "apply", documents, ExitCode.OK)
+    def work(target: api.Target, progress: Progress) -> _Outcome:
+        options = api.ApplyOptions(
+            dry_run=dry_run,
+            force=force,
+            verify=not no_verify,
+            allow_mismatch=allow_mismatch,
+            timeout=timeout,
+            verify_timeout=verify_timeout,
+            progress=progress,
+        )
+        results = [api.apply(target, patch, options) for patch in load_patches()]
 
-    _run(as_json, run)
+        def render(out: Console) -> None:
+            for result in results:
+                _render_apply(out, target, result)
+
+        return _Outcome(
+            [_apply_json(target, r) for r in results],
+            render,
+            ExitCode.OK,
+            ", ".join(r.action for r in results),
+        )
+
+    _run_targets("apply", as_json, venv, python, timeout, work)
 
 
 @app.command("revert")
@@ -164,26 +171,27 @@ def revert_command(
 ) -> None:
     """Restore the original bytes from fi-patch's backup and clear its record."""
 
-    def run(out: Console) -> int:
-        target = api.open_target(venv, python, os.environ, timeout)
-        documents = []
-        for patch in load_patches():
-            result = api.revert(target, patch, force=force)
-            documents.append(
-                {
-                    "environment": str(target.interpreter.prefix),
-                    "patch": patch.id,
-                    "action": result.action,
-                    "message": result.message,
-                    "file": str(result.file) if result.file else None,
-                }
-            )
-            if not as_json:
+    def work(target: api.Target, progress: Progress) -> _Outcome:
+        results = [(patch, api.revert(target, patch, force=force)) for patch in load_patches()]
+        documents = [
+            {
+                "environment": str(target.interpreter.prefix),
+                "patch": patch.id,
+                "action": result.action,
+                "message": result.message,
+                "file": str(result.file) if result.file else None,
+            }
+            for patch, result in results
+        ]
+
+        def render(out: Console) -> None:
+            for _, result in results:
                 style = "green" if result.action == "reverted" else "cyan"
                 out.print(Text(result.message, style=style))
-        return _finish(out, as_json, "revert", documents, ExitCode.OK)
 
-    _run(as_json, run)
+        return _Outcome(documents, render, ExitCode.OK, ", ".join(r.action for _, r in results))
+
+    _run_targets("revert", as_json, venv, python, timeout, work)
 
 
 @app.command("check")
@@ -208,28 +216,28 @@ def check_command(
     docs/exit-codes.md for the rest.
     """
 
-    def run(out: Console) -> int:
-        target = api.open_target(venv, python, os.environ, timeout)
+    def work(target: api.Target, progress: Progress) -> _Outcome:
         assessments = [api.check(target, patch) for patch in load_patches()]
         reports: list[TraceReport | None] = [None] * len(assessments)
         if verify:
-            options = api.ApplyOptions(timeout=timeout, verify_timeout=verify_timeout)
-            for index, assessment in enumerate(assessments):
-                with _progress(as_json) as progress:
-                    reports[index] = api.verify(
-                        target, assessment, replace(options, progress=progress)
-                    )
+            options = api.ApplyOptions(
+                timeout=timeout, verify_timeout=verify_timeout, progress=progress
+            )
+            reports = [api.verify(target, a, options) for a in assessments]
         codes = [_check_code(a, r) for a, r in zip(assessments, reports, strict=True)]
         documents = [
             {**_target_json(target, a), "exit_code": int(code)}
             | ({"verification": _trace_json(r)} if r else {})
             for a, r, code in zip(assessments, reports, codes, strict=True)
         ]
-        if not as_json:
-            _render_check(out, target, assessments, reports)
-        return _finish(out, as_json, "check", documents, max(codes, default=ExitCode.OK))
+        return _Outcome(
+            documents,
+            lambda out: _render_check(out, target, assessments, reports),
+            max(codes, default=ExitCode.OK),
+            ", ".join(a.state.value for a in assessments),
+        )
 
-    _run(as_json, run)
+    _run_targets("check", as_json, venv, python, timeout, work)
 
 
 def _check_code(assessment: Assessment, report: TraceReport | None) -> ExitCode:
@@ -264,6 +272,107 @@ def list_command(as_json: Json = False) -> None:
 
 def main() -> None:
     app()
+
+
+# --- targets ------------------------------------------------------------------------------------
+
+Progress = Callable[[str], None]
+Spec = tuple[Path | None, Path | None]
+"""One target as given: (--venv, None), (None, --python), or (None, None) for the default."""
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What one target's command produced: its JSON results, how to show it, its exit code."""
+
+    documents: list[dict[str, Any]]
+    render: Callable[[Console], object]
+    code: int
+    summary: str
+
+
+def _run_targets(
+    command: str,
+    as_json: bool,
+    venvs: list[Path] | None,
+    pythons: list[Path] | None,
+    timeout: float,
+    work: Callable[[api.Target, Progress], _Outcome],
+) -> NoReturn:
+    """Run `work` on every target given (in parallel when there are several), then report."""
+    specs: list[Spec] = [(v, None) for v in venvs or []] + [(None, p) for p in pythons or []]
+    specs = specs or [(None, None)]
+
+    def one(spec: Spec, progress: Progress) -> _Outcome:
+        return work(api.open_target(*spec, os.environ, timeout), progress)
+
+    if len(specs) == 1:
+
+        def single(out: Console) -> int:
+            with _progress(as_json) as progress:
+                outcome = one(specs[0], progress)
+            if as_json:
+                out.print_json(data=_envelope(command, outcome.documents, outcome.code))
+            else:
+                outcome.render(out)
+            return outcome.code
+
+        _run(as_json, single)
+
+    def several(out: Console) -> int:
+        with _progress(as_json) as progress, ThreadPoolExecutor(_workers(len(specs))) as pool:
+            futures = [pool.submit(_guarded, one, spec, progress) for spec in specs]
+            outcomes = [future.result() for future in futures]
+        code = max(outcome.code for outcome in outcomes)
+        if as_json:
+            documents = [d for outcome in outcomes for d in outcome.documents]
+            out.print_json(data=_envelope(command, documents, code))
+            return code
+        for spec, outcome in zip(specs, outcomes, strict=True):
+            out.print(Text(f"== {_spec_text(spec)}", style="bold"))
+            outcome.render(out)
+        _render_summary(out, specs, outcomes)
+        return code
+
+    _run(as_json, several)
+
+
+def _guarded(
+    one: Callable[[Spec, Progress], _Outcome],
+    spec: Spec,
+    progress: Progress,
+) -> _Outcome:
+    """One target's outcome; its error becomes its outcome, so the other targets go on."""
+    try:
+        return one(spec, progress)
+    except FiPatchError as error:
+        failure = error
+    return _Outcome(
+        [{"target": _spec_text(spec), **_error_json(failure)}],
+        lambda out: _render_error(out, failure),
+        int(failure.exit_code),
+        f"error: {failure.message}",
+    )
+
+
+def _workers(count: int) -> int:
+    # Each target's work is mostly its own interpreter's subprocesses: one per core, at most.
+    return max(1, min(count, os.cpu_count() or 1))
+
+
+def _spec_text(spec: Spec) -> str:
+    venv, python = spec
+    return f"--venv {venv}" if venv is not None else f"--python {python}"
+
+
+def _render_summary(out: Console, specs: list[Spec], outcomes: list[_Outcome]) -> None:
+    table = Table(title="summary", title_justify="left", box=None, pad_edge=False)
+    for column in ("target", "result", "exit"):
+        table.add_column(column, overflow="fold")
+    for spec, outcome in zip(specs, outcomes, strict=True):
+        style = "green" if outcome.code == 0 else "bold red"
+        table.add_row(_spec_text(spec), outcome.summary, Text(str(outcome.code), style=style))
+    out.print(table)
 
 
 # --- rendering ----------------------------------------------------------------------------------

@@ -1,21 +1,22 @@
 """The pure codemod engine: source text in, a result value out. The only module importing libcst.
 
-Recognition uses hashes of the released function text (exact) or of its `ast.unparse` form
-(structural); the rewrite uses libcst so that every byte outside the inserted lines, line endings
-included, stays as it was.
+Recognition (`recognise`) uses hashes of the released function text (exact) or of its
+`ast.unparse` form (structural); the rewrite uses libcst so that every byte outside the inserted
+lines, line endings included, stays as it was.
 """
 
 from __future__ import annotations
 
 import ast
-import difflib
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import libcst as cst
 
 from fi_patcher.model import FunctionSpan, Patch, Shape
+from fi_patcher.recognise import Unrecognised, locate, recognise
+
+__all__ = ["AlreadyApplied", "Result", "Transformed", "Unrecognised", "transform"]
 
 
 @dataclass(frozen=True)
@@ -36,20 +37,8 @@ class AlreadyApplied:
     found: FunctionSpan
 
 
-@dataclass(frozen=True)
-class Unrecognised:
-    """Neither a known original nor a known original with this patch: refuse, showing why."""
-
-    reason: str
-    found: FunctionSpan | None = None
-
-
 Result = Transformed | AlreadyApplied | Unrecognised
 _Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def transform(
@@ -69,127 +58,29 @@ def transform(
         module = cst.parse_module(text)
         tree = ast.parse(text)
     except (cst.ParserSyntaxError, SyntaxError, ValueError) as exc:
-        return Unrecognised(f"not valid Python: {_first_line(exc)}")
-    located = _locate(tree, text, patch.function)
+        return Unrecognised(f"not valid Python: {str(exc).strip().splitlines()[0]}")
+    located = locate(tree, text, patch.function)
     if isinstance(located, Unrecognised):
         return located
-    node, found = located
+    _, found = located
     definition = _only_definition(module, patch.function)
     own = _own_statements(patch, tool_version)
 
     if _starts_with_patch(definition, patch, own):
         original = _remove_patch(module, definition, len(own))
-        shape = _match(original, patch, shapes, structural)
-        if shape is None:
+        matched = recognise(original, patch, shapes, structural=structural)
+        if isinstance(matched, Unrecognised):
             return Unrecognised(
                 f"{patch.function} carries fi-patch's {patch.id} statements, but the rest of it "
                 "is not a known original",
                 found,
             )
-        return AlreadyApplied(original, shape, found)
+        return AlreadyApplied(original, matched.shape, found)
 
-    shape = _match_node(node, found, shapes, structural)
-    if shape is None:
-        kind = "structure" if structural else "text"
-        return Unrecognised(
-            f"the {kind} of {patch.function} is not one fi-patch knows ({_shape_names(shapes)})",
-            found,
-        )
-    missing = [name for name in patch.requires_names if name not in _module_names(tree)]
-    if missing:
-        return Unrecognised(
-            f"the module does not import {', '.join(missing)}, which the patch uses", found
-        )
-    return Transformed(_insert(module, definition, own), shape, found)
-
-
-def render_diff(before: str, after: str, path: str) -> str:
-    """A unified diff with three lines of context, as `git diff` shows it."""
-    return "".join(
-        difflib.unified_diff(
-            before.splitlines(keepends=True),
-            after.splitlines(keepends=True),
-            fromfile=f"a/{path}",
-            tofile=f"b/{path}",
-        )
-    )
-
-
-def function_hashes(text: str, function: str) -> tuple[str, str] | None:
-    """(raw, structural) sha256 of the one top-level `function` in `text`, if there is one."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
-    located = _locate(tree, text, function)
-    if isinstance(located, Unrecognised):
-        return None
-    node, found = located
-    return sha256_text(found.text), sha256_text(ast.unparse(node))
-
-
-# --- recognition (ast) --------------------------------------------------------------------------
-
-
-def _locate(
-    tree: ast.Module, text: str, function: str
-) -> tuple[ast.FunctionDef, FunctionSpan] | Unrecognised:
-    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
-    if not nodes:
-        return Unrecognised(f"no top-level function {function}")
-    if len(nodes) > 1:
-        return Unrecognised(f"{function} is defined {len(nodes)} times at top level")
-    node = nodes[0]
-    start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-    end = node.end_lineno or node.lineno
-    # Released files use LF; hashing LF-normalised lines lets a CRLF copy match its original.
-    lines = text.replace("\r\n", "\n").split("\n")
-    span_text = "".join(line + "\n" for line in lines[start - 1 : end])
-    return node, FunctionSpan(start, end, span_text)
-
-
-def _match_node(
-    node: ast.FunctionDef, found: FunctionSpan, shapes: Sequence[Shape], structural: bool
-) -> Shape | None:
-    raw = sha256_text(found.text)
-    for shape in shapes:
-        if raw in shape.function_sha256:
-            return shape
-    if structural:
-        normalized = sha256_text(ast.unparse(node))
-        for shape in shapes:
-            if normalized == shape.structure_sha256:
-                return shape
-    return None
-
-
-def _match(text: str, patch: Patch, shapes: Sequence[Shape], structural: bool) -> Shape | None:
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return None
-    located = _locate(tree, text, patch.function)
-    if isinstance(located, Unrecognised):
-        return None
-    return _match_node(*located, shapes, structural)
-
-
-def _module_names(tree: ast.Module) -> set[str]:
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, ast.Import):
-            names.update((a.asname or a.name).partition(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            names.update(a.asname or a.name for a in node.names)
-    return names
-
-
-def _shape_names(shapes: Sequence[Shape]) -> str:
-    return ", ".join(f"shape {s.name}" for s in shapes) or "no shape selected"
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    matched = recognise(text, patch, shapes, structural=structural)
+    if isinstance(matched, Unrecognised):
+        return matched
+    return Transformed(_insert(module, definition, own), matched.shape, matched.found)
 
 
 # --- rewriting (libcst) -------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fi_patcher import __version__
-from fi_patcher.codemod import AlreadyApplied, Transformed, Unrecognised, function_hashes, transform
+from fi_patcher.codemod import AlreadyApplied, Transformed, Unrecognised, transform
+from fi_patcher.recognise import function_hashes
 from fi_patcher.registry import load_patches, select
 from tests.support.releases import RELEASES, released_text
 from tests.test_codemod import OWN_LINES

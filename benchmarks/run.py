@@ -1,0 +1,276 @@
+"""fi-patch's benchmarks: `make bench`. One table of ratios measured in one run.
+
+Every figure is a ratio against a baseline measured in the same run, on the same venv, with the
+runs interleaved (A, B, A, B, ...) and the median taken: these machines are shared and noisy, so
+no absolute time is a target. The venvs are built like the tests build theirs: real FlashInfer
+0.7.4 from PyPI, the test cache's one torch 2.14.1 (CUDA 13.0 build) through a .pth file.
+Writes benchmarks/results.json; docs/performance.md shows the latest table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import venv as venv_module
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.deps import CUDA_TORCH, shared, use  # noqa: E402
+from tests.support.releases import RELEASES  # noqa: E402
+from tests.support.venvs import clone, install  # noqa: E402
+
+FI_PATCH = [sys.executable, "-m", "fi_patcher"]
+MEASURE_SELF = (
+    "import atexit, resource, sys\n"
+    "atexit.register(lambda: sys.stderr.write("
+    "'maxrss_kb=%d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+    "sys.argv = ['fi-patch', *sys.argv[1:]]\n"
+    "from fi_patcher.cli import main\n"
+    "main()\n"
+)
+FIRST_CALL = (
+    "import time\n"
+    "from flashinfer.jit import cpp_ext\n"
+    "start = time.perf_counter()\n"
+    "cpp_ext.get_cuda_version()\n"
+    "print(time.perf_counter() - start)\n"
+)
+GRAPH_BREAKS = (
+    "import torch, warnings\n"
+    "warnings.simplefilter('ignore')\n"
+    "from torch._dynamo.utils import counters\n"
+    "from flashinfer.jit import cpp_ext\n"
+    "def branch(x):\n"
+    "    return x + 1 if cpp_ext.is_cuda_version_at_least('12.8') else x - 1\n"
+    "torch.compile(branch, backend='eager')(torch.zeros(3))\n"
+    "print(sum(counters['graph_break'].values()))\n"
+)
+
+
+def run(command: list[str | Path], check_codes: tuple[int, ...] = (0,)) -> float:
+    start = time.perf_counter()
+    completed = subprocess.run([str(c) for c in command], capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if completed.returncode not in check_codes:
+        raise RuntimeError(f"{command}: exit {completed.returncode}\n{completed.stderr[-2000:]}")
+    return elapsed
+
+
+def interleaved(a: Callable[[], float], b: Callable[[], float], rounds: int) -> tuple[float, float]:
+    """Medians of `rounds` runs of each, alternating which goes first."""
+    first, second = [], []
+    for index in range(rounds):
+        if index % 2:
+            second.append(b())
+            first.append(a())
+        else:
+            first.append(a())
+            second.append(b())
+    return statistics.median(first), statistics.median(second)
+
+
+def python_output(venv: Path, code: str) -> str:
+    completed = subprocess.run(
+        [venv / "bin" / "python", "-c", code], capture_output=True, text=True, check=True
+    )
+    return completed.stdout.strip().splitlines()[-1]
+
+
+class Bench:
+    def __init__(self, work: Path, rounds: int) -> None:
+        self.work = work
+        self.rounds = rounds
+        self.count = 0
+        torch = shared(CUDA_TORCH)
+        self.template = work / "template"
+        venv_module.EnvBuilder(with_pip=True, symlinks=True).create(self.template)
+        install(self.template, RELEASES["0.7.4"])
+        use(self.template, torch)
+
+    def venv(self) -> Path:
+        self.count += 1
+        return clone(self.template, self.work / f"venv-{self.count}")
+
+    def patched(self) -> Path:
+        venv = self.venv()
+        run([*FI_PATCH, "apply", "--venv", venv, "--no-verify"])
+        return venv
+
+    def check_vs_pip_show(self) -> dict[str, object]:
+        venv = self.venv()
+        ours, pip = interleaved(
+            lambda: run([*FI_PATCH, "check", "--venv", venv], (3,)),
+            lambda: run([venv / "bin" / "python", "-m", "pip", "show", "flashinfer-python"]),
+            self.rounds,
+        )
+        return figure(
+            "fi-patch check / pip show flashinfer-python",
+            ours,
+            pip,
+            ours / pip,
+            "<= 0.5",
+            ours / pip <= 0.5,
+        )
+
+    def verify_vs_import(self) -> dict[str, object]:
+        venv = self.patched()
+        ours, floor = interleaved(
+            lambda: run([*FI_PATCH, "check", "--venv", venv, "--verify"]),
+            lambda: run([venv / "bin" / "python", "-c", "import flashinfer.jit.cpp_ext"]),
+            max(3, self.rounds // 2),
+        )
+        return figure(
+            "fi-patch check --verify / import flashinfer.jit.cpp_ext",
+            ours,
+            floor,
+            ours / floor,
+            "<= 2.0",
+            ours / floor <= 2.0,
+        )
+
+    def first_call(self) -> dict[str, object]:
+        stock, patched = self.venv(), self.patched()
+        rounds = max(3, self.rounds)
+        before, after = [], []
+        for _ in range(rounds):
+            before.append(float(python_output(stock, FIRST_CALL)))
+            after.append(float(python_output(patched, FIRST_CALL)))
+        slow, fast = statistics.median(before), statistics.median(after)
+        return figure(
+            "first get_cuda_version(): unpatched / patched",
+            slow,
+            fast,
+            slow / fast,
+            ">= 100",
+            slow / fast >= 100,
+        )
+
+    def graph_breaks(self) -> dict[str, object]:
+        stock, patched = self.venv(), self.patched()
+        before = int(python_output(stock, GRAPH_BREAKS))
+        after = int(python_output(patched, GRAPH_BREAKS))
+        return {
+            "name": "Dynamo graph breaks without fullgraph: unpatched -> patched",
+            "a": before,
+            "b": after,
+            "ratio": None,
+            "goal": "patched 0",
+            "met": after == 0,
+        }
+
+    def apply_many(self, verify: bool) -> dict[str, object]:
+        flags = [] if verify else ["--no-verify"]
+        together: list[float] = []
+        apart: list[float] = []
+        for index in range(max(1, self.rounds // 4)):
+            one = [self.venv() for _ in range(8)]
+            separate = [self.venv() for _ in range(8)]
+
+            def at_once(venvs: list[Path] = one) -> float:
+                return run(
+                    [*FI_PATCH, "apply", *flags, *[x for v in venvs for x in ("--venv", str(v))]]
+                )
+
+            def one_by_one(venvs: list[Path] = separate) -> float:
+                return sum(run([*FI_PATCH, "apply", *flags, "--venv", v]) for v in venvs)
+
+            pair = (at_once, one_by_one) if index % 2 == 0 else (one_by_one, at_once)
+            for measure in pair:
+                (together if measure is at_once else apart).append(measure())
+        a, b = statistics.median(together), statistics.median(apart)
+        label = "apply" if verify else "apply --no-verify"
+        return figure(
+            f"{label}: 8 venvs in one command / 8 separate runs",
+            a,
+            b,
+            a / b,
+            "<= 0.6",
+            a / b <= 0.6,
+        )
+
+    def memory(self) -> dict[str, object]:
+        venv = self.venv()
+        peaks = []
+        for _ in range(self.rounds):
+            completed = subprocess.run(
+                [sys.executable, "-c", MEASURE_SELF, "check", "--venv", str(venv)],
+                capture_output=True,
+                text=True,
+            )
+            line = next(x for x in completed.stderr.splitlines() if x.startswith("maxrss_kb="))
+            peaks.append(int(line.split("=")[1]) / 1024)
+        peak = max(peaks)
+        return {
+            "name": "peak memory of fi-patch's own process, check (MB)",
+            "a": round(peak, 1),
+            "b": None,
+            "ratio": None,
+            "goal": "<= 60",
+            "met": peak <= 60,
+        }
+
+
+def figure(name: str, a: float, b: float, ratio: float, goal: str, met: bool) -> dict[str, object]:
+    return {
+        "name": name,
+        "a": round(a, 4),
+        "b": round(b, 4),
+        "ratio": round(ratio, 3),
+        "goal": goal,
+        "met": met,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=8, help="runs of each side (default 8)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results.json")
+    arguments = parser.parse_args()
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="fi-patch-bench-"))
+    try:
+        bench = Bench(work, arguments.rounds)
+        rows = [
+            bench.check_vs_pip_show(),
+            bench.verify_vs_import(),
+            bench.first_call(),
+            bench.graph_breaks(),
+            bench.apply_many(verify=True),
+            bench.apply_many(verify=False),
+            bench.memory(),
+        ]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        "rounds": arguments.rounds,
+        "seconds": round(time.perf_counter() - started, 1),
+        "figures": rows,
+    }
+    arguments.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{'figure':<66} {'A':>9} {'B':>9} {'A/B':>8}  goal       met")
+    for row in rows:
+        ratio = "" if row["ratio"] is None else f"{row['ratio']:.3f}"
+        b = "" if row["b"] is None else row["b"]
+        print(
+            f"{row['name']:<66} {row['a']!s:>9} {b!s:>9} {ratio:>8}  "
+            f"{row['goal']:<10} {'yes' if row['met'] else 'NO'}"
+        )
+    print(f"({result['machine']}; {result['seconds']} s; written to {arguments.out})")
+
+
+if __name__ == "__main__":
+    main()

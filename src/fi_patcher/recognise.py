@@ -1,0 +1,139 @@
+"""Recognising FlashInfer's code from its text, with the standard library's `ast` only.
+
+`check` decides every state with this module and hashes; only writing a patch (or explaining an
+unknown text) needs the libcst engine in `codemod`, whose import costs more than the rest.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fi_patcher.model import FunctionSpan, Patch, Shape
+
+
+@dataclass(frozen=True)
+class Match:
+    """The function is a known original of `shape`."""
+
+    shape: Shape
+    found: FunctionSpan
+
+
+@dataclass(frozen=True)
+class Unrecognised:
+    """Neither a known original nor a known original with this patch: refuse, showing why."""
+
+    reason: str
+    found: FunctionSpan | None = None
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def recognise(
+    text: str, patch: Patch, shapes: Sequence[Shape], *, structural: bool = False
+) -> Match | Unrecognised:
+    """Which of `shapes` the function in `text` is, exactly (or, with `structural`, by its
+    `ast.unparse` form), and whether the module imports what the patch will use."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError) as exc:
+        return Unrecognised(f"not valid Python: {_first_line(exc)}")
+    located = locate(tree, text, patch.function)
+    if isinstance(located, Unrecognised):
+        return located
+    node, found = located
+    shape = _match_node(node, found, shapes, structural)
+    if shape is None:
+        kind = "structure" if structural else "text"
+        return Unrecognised(
+            f"the {kind} of {patch.function} is not one fi-patch knows ({_shape_names(shapes)})",
+            found,
+        )
+    missing = [name for name in patch.requires_names if name not in _module_names(tree)]
+    if missing:
+        return Unrecognised(
+            f"the module does not import {', '.join(missing)}, which the patch uses", found
+        )
+    return Match(shape, found)
+
+
+def locate(
+    tree: ast.Module, text: str, function: str
+) -> tuple[ast.FunctionDef, FunctionSpan] | Unrecognised:
+    """The one top-level `function`, and its lines from the first decorator to the last line."""
+    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
+    if not nodes:
+        return Unrecognised(f"no top-level function {function}")
+    if len(nodes) > 1:
+        return Unrecognised(f"{function} is defined {len(nodes)} times at top level")
+    node = nodes[0]
+    start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    end = node.end_lineno or node.lineno
+    # Released files use LF; hashing LF-normalised lines lets a CRLF copy match its original.
+    lines = text.replace("\r\n", "\n").split("\n")
+    span_text = "".join(line + "\n" for line in lines[start - 1 : end])
+    return node, FunctionSpan(start, end, span_text)
+
+
+def function_hashes(text: str, function: str) -> tuple[str, str] | None:
+    """(raw, structural) sha256 of the one top-level `function` in `text`, if there is one."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    located = locate(tree, text, function)
+    if isinstance(located, Unrecognised):
+        return None
+    node, found = located
+    return sha256_text(found.text), sha256_text(ast.unparse(node))
+
+
+def render_diff(before: str, after: str, path: str) -> str:
+    """A unified diff with three lines of context, as `git diff` shows it."""
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=f"a/{path}",
+            tofile=f"b/{path}",
+        )
+    )
+
+
+def _match_node(
+    node: ast.FunctionDef, found: FunctionSpan, shapes: Sequence[Shape], structural: bool
+) -> Shape | None:
+    raw = sha256_text(found.text)
+    for shape in shapes:
+        if raw in shape.function_sha256:
+            return shape
+    if structural:
+        normalized = sha256_text(ast.unparse(node))
+        for shape in shapes:
+            if normalized == shape.structure_sha256:
+                return shape
+    return None
+
+
+def _module_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names.update((a.asname or a.name).partition(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            names.update(a.asname or a.name for a in node.names)
+    return names
+
+
+def _shape_names(shapes: Sequence[Shape]) -> str:
+    return ", ".join(f"shape {s.name}" for s in shapes) or "no shape selected"
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
