@@ -32,10 +32,14 @@ from tests.support.releases import RELEASES  # noqa: E402
 from tests.support.venvs import clone, install  # noqa: E402
 
 FI_PATCH = [sys.executable, "-m", "fi_patcher"]
+# VmHWM, not getrusage: Linux carries ru_maxrss across fork and exec, so a child of this (larger)
+# process would report this process's peak instead of its own.
 MEASURE_SELF = (
-    "import atexit, resource, sys\n"
-    "atexit.register(lambda: sys.stderr.write("
-    "'maxrss_kb=%d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+    "import atexit, sys\n"
+    "def peak():\n"
+    "    line = next(x for x in open('/proc/self/status') if x.startswith('VmHWM:'))\n"
+    "    sys.stderr.write('maxrss_kb=%s\\n' % line.split()[1])\n"
+    "atexit.register(peak)\n"
     "sys.argv = ['fi-patch', *sys.argv[1:]]\n"
     "from fi_patcher.cli import main\n"
     "main()\n"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from typer.testing import CliRunner
 
 from fi_patcher import __version__
@@ -61,3 +63,34 @@ def test_revert_json(runner: CliRunner, venv_with: MakeVenv) -> None:
     (result,) = run.json["results"]
     assert result["action"] == "reverted"
     assert result["file"].endswith("flashinfer/jit/cpp_ext.py")
+
+
+def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    check = fi_patch(runner, "-q", "check", "--venv", venv)
+    assert (check.code, check.stdout) == (ExitCode.NEEDS_APPLY, f"{venv}: pristine\n")
+    apply = fi_patch(runner, "-q", "apply", "--venv", venv, "--no-verify")
+    assert apply.code == ExitCode.OK
+    assert "@@" not in apply.stdout and "pre-flight" not in apply.stdout
+    assert apply.stdout.startswith("applied cuda-version-torch-first")
+    assert "warning: verification skipped (--no-verify)" in apply.stderr
+
+
+def test_verbose_prints_each_step_with_its_time(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    run = fi_patch(runner, "-v", "apply", "--venv", venv, "--dry-run")
+    assert run.code == ExitCode.OK
+    assert re.search(r"\[ *\d+\.\ds\] pre-flight in .*/bin/python", run.stderr)
+
+
+def test_quiet_and_verbose_together_is_usage(runner: CliRunner) -> None:
+    assert fi_patch(runner, "-q", "-v", "list").code == ExitCode.USAGE
+
+
+def test_no_color_even_on_a_terminal(venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    colour = CliRunner(env={"VIRTUAL_ENV": None, "FORCE_COLOR": "1", "NO_COLOR": None})
+    plain = CliRunner(env={"VIRTUAL_ENV": None, "FORCE_COLOR": "1", "NO_COLOR": "1"})
+    foreground = re.compile(r"\x1b\[[0-9;]*3[0-7]m")
+    assert foreground.search(fi_patch(colour, "apply", "--venv", venv, "--dry-run").stdout)
+    assert not foreground.search(fi_patch(plain, "apply", "--venv", venv, "--dry-run").stdout)

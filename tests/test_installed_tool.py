@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,21 +13,16 @@ import pytest
 from fi_patcher import __version__
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
+from tests.support.tool import build_wheel
 from tests.support.venvs import target_file
 from tests.test_codemod import expected
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def installed_tool(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A venv with fi-patch installed from its wheel, as `pipx install .` would do."""
     folder = tmp_path_factory.mktemp("tool")
-    wheels = folder / "wheels"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, ROOT], check=True
-    )
-    (wheel,) = wheels.glob("fi_patch-*.whl")
+    wheel = build_wheel(folder / "wheels")
     tool = folder / "venv"
     subprocess.run([sys.executable, "-m", "venv", tool], check=True)
     subprocess.run([tool / "bin" / "python", "-m", "pip", "install", "-q", wheel], check=True)
@@ -74,3 +70,23 @@ def test_help_answers_the_question(installed_tool: Path, tmp_path: Path) -> None
     assert helped.returncode == 0
     for phrase in ("--venv", "--python", "--dry-run", "--force", "backup"):
         assert phrase in helped.stdout
+
+
+def test_uv_tool_install(tmp_path: Path) -> None:
+    """`uv tool install` from the wheel puts a working fi-patch on PATH."""
+    wheel = build_wheel(tmp_path / "wheel")
+    uv = Path(sys.executable).parent / "uv"
+    environ = {
+        **os.environ,
+        "UV_TOOL_DIR": str(tmp_path / "tools"),
+        "UV_TOOL_BIN_DIR": str(tmp_path / "bin"),
+        "UV_PYTHON_DOWNLOADS": "never",
+    }
+    subprocess.run(
+        [uv, "tool", "install", "-q", "--python", os.path.realpath(sys.executable), wheel],
+        check=True,
+        env=environ,
+    )
+    version = run(tmp_path / "bin" / "fi-patch", "--version", cwd=tmp_path)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == f"fi-patch {__version__}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -15,6 +16,8 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.progress import Progress as RichProgress
+from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -76,14 +79,36 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+@dataclass
+class _Verbosity:
+    quiet: bool = False
+    verbose: bool = False
+
+
+_verbosity = _Verbosity()
+
+
 @app.callback()
 def _root(
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("-q", "--quiet", help="Print only the outcome of each target, and errors."),
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "-v", "--verbose", help="Print each step on stderr as it starts, with its time."
+        ),
+    ] = False,
 ) -> None:
     """fi-patch: apply, check and revert FlashInfer's torch-first get_cuda_version."""
+    if quiet and verbose:
+        raise typer.BadParameter("-q and -v contradict each other")
+    _verbosity.quiet, _verbosity.verbose = quiet, verbose
 
 
 @app.command("apply")
@@ -347,8 +372,15 @@ def _guarded(
         return one(spec, progress)
     except FiPatchError as error:
         failure = error
+    error_document = _error_json(failure)
     return _Outcome(
-        [{"target": _spec_text(spec), **_error_json(failure)}],
+        [
+            {
+                "target": _spec_text(spec),
+                "error": error_document["error"],
+                "exit_code": error_document["exit_code"],
+            }
+        ],
         lambda out: _render_error(out, failure),
         int(failure.exit_code),
         f"error: {failure.message}",
@@ -478,17 +510,20 @@ def _describe_target(out: Console, target: api.Target, a: Assessment) -> None:
 
 def _render_apply(out: Console, target: api.Target, result: api.ApplyResult) -> None:
     a = result.assessment
-    _describe_target(out, target, a)
-    if result.preflight is not None:
-        out.print(f"pre-flight: {result.preflight.describe()}")
+    if not _verbosity.quiet:
+        _describe_target(out, target, a)
+        if result.preflight is not None:
+            out.print(f"pre-flight: {result.preflight.describe()}")
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     for warning in result.warnings:
-        out.print(Text("warning: " + warning, style="bold yellow"))
-    if result.diff:
-        _render_diff(out, result.diff)
-    if result.before is not None:
-        out.print(f"before: {result.before.summary}")
-    if result.after is not None:
-        out.print(Text(f"after: {result.after.summary}", style="green"))
+        err.print(Text("warning: " + warning, style="bold yellow"))
+    if not _verbosity.quiet:
+        if result.diff:
+            _render_diff(out, result.diff)
+        if result.before is not None:
+            out.print(f"before: {result.before.summary}")
+        if result.after is not None:
+            out.print(Text(f"after: {result.after.summary}", style="green"))
     messages = {
         "applied": ("green", f"applied {a.patch.id}; original bytes kept in {result.backup}"),
         "would-apply": ("yellow", "dry run: this diff would be applied; nothing was changed"),
@@ -506,13 +541,20 @@ def _render_apply(out: Console, target: api.Target, result: api.ApplyResult) -> 
 
 @contextlib.contextmanager
 def _progress(as_json: bool) -> Iterator[Callable[[str], None]]:
-    """A spinner on stderr while the target works, where a person is watching."""
-    err = Console(stderr=True)
-    if as_json or not err.is_terminal:
+    """Where a person is watching, a spinner with the elapsed seconds while the target works
+    (importing torch takes seconds); with -v, each step as a line on stderr instead."""
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    started = time.monotonic()
+    if _verbosity.verbose:
+        yield lambda message: err.print(f"[{time.monotonic() - started:5.1f}s] {message}")
+        return
+    if as_json or _verbosity.quiet or not err.is_terminal:
         yield lambda message: None
         return
-    with err.status("working") as status:
-        yield lambda message: status.update(message)
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with RichProgress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("starting")
+        yield lambda message: bar.update(task, description=message)
 
 
 def _apply_json(target: api.Target, result: api.ApplyResult) -> dict[str, Any]:
@@ -579,6 +621,11 @@ def _render_check(
     reports: list[TraceReport | None],
 ) -> None:
     interpreter = target.interpreter
+    if _verbosity.quiet:
+        for a, report in zip(assessments, reports, strict=True):
+            verdict = f"; verification {'passes' if report.passed else 'fails'}" if report else ""
+            out.print(f"{interpreter.prefix}: {a.state.value}{verdict}")
+        return
     out.print(
         f"environment {interpreter.prefix} (python {interpreter.python_version}, "
         f"chosen by {target.chosen_by})"
