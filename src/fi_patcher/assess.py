@@ -98,59 +98,41 @@ def assess(
                 found=result.found,
             )
         return replace(facts, reason=matched.reason, sha256=sha, found=matched.found)
-    patched_text = _patched_text(text, patch, matched.shape, tool_version) if rewrite else None
+    known = replace(facts, shape=matched.shape, sha256=sha, found=matched.found)
     record = installed.file.record_sha256
     if record is not None and sha != record:
         return replace(
-            facts,
-            state=State.DRIFTED,
+            known,
             reason=f"{patch.function} is the original, but the file differs from RECORD elsewhere "
             f"(sha256 {sha[:12]}…, RECORD {record[:12]}…)",
-            shape=matched.shape,
-            sha256=sha,
-            found=matched.found,
         )
+    # Patchable from here on: with `rewrite`, carry the text apply would write.
+    if rewrite:
+        known = replace(known, patched_text=_patched_text(text, patch, matched.shape, tool_version))
     if unknown:
         return replace(
-            facts,
-            state=State.DRIFTED,
+            known,
             reason=f"{selection.reason}; its {patch.function} matches shape {matched.shape.name} "
             "structurally, so `apply --force` can patch it",
-            shape=matched.shape,
-            sha256=sha,
-            found=matched.found,
-            patched_text=patched_text,
         )
     if entry is not None and interrupted:
         return replace(
-            facts,
+            known,
             state=State.PRISTINE,
             reason=f"FlashInfer's original bytes: an interrupted fi-patch {interrupted} left "
             "them in place; `fi-patch apply` patches, `fi-patch revert` clears the record",
-            shape=matched.shape,
-            sha256=sha,
-            found=matched.found,
-            patched_text=patched_text,
             interrupted=interrupted,
         )
     if entry is not None:
         return replace(
-            facts,
+            known,
             state=State.WIPED,
             reason=f"fi-patch patched it at {entry.applied_at}; a reinstall put the original back",
-            shape=matched.shape,
-            sha256=sha,
-            found=matched.found,
-            patched_text=patched_text,
         )
     return replace(
-        facts,
+        known,
         state=State.PRISTINE,
         reason=f"FlashInfer's original {patch.function} (shape {matched.shape.name}); needs apply",
-        shape=matched.shape,
-        sha256=sha,
-        found=matched.found,
-        patched_text=patched_text,
     )
 
 
