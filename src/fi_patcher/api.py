@@ -74,7 +74,7 @@ class ApplyOptions:
 @dataclass(frozen=True)
 class ApplyResult:
     action: str
-    """applied | already-applied | not-applicable | would-apply"""
+    """applied | already-applied | not-applicable | would-apply | finished"""
     assessment: Assessment
     diff: str = ""
     backup: Path | None = None
@@ -167,12 +167,13 @@ def revert(target: Target, patch: Patch, *, force: bool = False) -> RevertResult
             )
         path = _entry_path(interpreter, entry)
         installed = find_installed(interpreter, patch.distribution, patch.target)
-        if installed is not None and installed.version != entry.version:
+        if installed is None or installed.version != entry.version:
+            now = f"{installed.version}" if installed else "nothing (it was uninstalled)"
             _forget(store, entries, entry)
             return RevertResult(
                 "cleared-record",
-                f"{entry.dist} {entry.version} was replaced by {installed.version} since "
-                "fi-patch patched it; nothing to restore, the record is cleared",
+                f"{entry.dist} {entry.version} was replaced by {now} since fi-patch patched "
+                "it; nothing to restore, the record is cleared",
                 path,
             )
         clear_temporaries(path)
@@ -200,7 +201,7 @@ def revert(target: Target, patch: Patch, *, force: bool = False) -> RevertResult
                 "bytes anyway, overwriting whatever is there now",
             )
         original = store.read_backup(entry)
-        record = installed.file.record_sha256 if installed is not None else None
+        record = installed.file.record_sha256
         if record is not None and record != sha256_bytes(original):
             raise StoreProblem(
                 f"the backup {entry.backup} does not match RECORD "

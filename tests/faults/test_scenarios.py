@@ -501,3 +501,18 @@ def test_reinstall_between_apply_and_revert(runner: CliRunner, venv_with: MakeVe
     )
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.5.0"])
     assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
+
+
+def test_uninstall_between_apply_and_revert(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.5.0")
+    expect(_apply(runner, venv), ExitCode.OK)
+    pip(venv, "uninstall", "-y", "flashinfer-python")
+    run = fi_patch(runner, "revert", "--venv", venv)
+    expect(
+        run,
+        ExitCode.OK,
+        "flashinfer-python 0.5.0 was replaced by nothing (it was uninstalled)",
+        "the record is cleared",
+    )
+    assert not target_file(venv).exists()
+    assert state_of(runner, venv) == ("not-installed", ExitCode.NOT_INSTALLED)
