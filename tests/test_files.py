@@ -16,7 +16,7 @@ from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, state_of
 from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.releases import RELEASES, fetch, released_text
-from tests.support.venvs import pip, python_of, replace_bytes, site_packages, target_file
+from tests.support.venvs import python_of, reinstall, replace_bytes, site_packages, target_file
 from tests.test_codemod import expected
 
 WHICH_CODE = """
@@ -110,14 +110,7 @@ def test_reinstall_wipes_the_patch_and_apply_restores_it(
 ) -> None:
     venv = venv_with("0.6.18.post1")
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
-    pip(
-        venv,
-        "install",
-        "--force-reinstall",
-        "--no-deps",
-        "--no-index",
-        str(fetch(RELEASES["0.6.18.post1"])),
-    )
+    reinstall(venv, RELEASES["0.6.18.post1"])
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.6.18.post1"])
     assert state_of(runner, venv) == ("wiped", ExitCode.NEEDS_APPLY)
 

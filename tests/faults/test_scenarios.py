@@ -1,9 +1,10 @@
 """The fault and bad-input scenarios, one test each (docs/faults.md lists them).
 
 Every test asserts the message a person sees (what happened, where, what to do), the documented
-exit code, and the target file's sha256 afterwards. Faults are real where they can be made real:
-real interpreters that fail or hang, real mounts for a read-only folder and a full disk, a real
-reinstall by pip, real symlinks; the one injected fault is said so in its test.
+exit code, and the target file's sha256 afterwards. Every fault is made for real: interpreters
+that fail or hang, mounts for a read-only folder and a full disk (root needed), a reinstall and an
+uninstall by pip, symlinks. Edited files are written the way an installer or a person would, with
+RECORD rewritten to match where the scenario needs the file to look installed.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from tests.conftest import MakeVenv
 from tests.faults.support import expect, fill, mounted, sha256, stale_temporaries
 from tests.support.cli import Run, fi_patch, state_of
 from tests.support.deps import CPU_TORCH, shared, use
-from tests.support.releases import RELEASES, TARGET, fetch, released_text
+from tests.support.releases import RELEASES, TARGET, released_text
 from tests.support.venvs import (
     create_venv,
     pip,
     python_of,
+    reinstall,
     replace_bytes,
     site_packages,
     target_file,
@@ -478,14 +480,7 @@ def test_manifest_naming_a_path_outside_the_environment(
 def test_reinstall_between_apply_and_revert(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.5.0")
     expect(_apply(runner, venv), ExitCode.OK)
-    pip(
-        venv,
-        "install",
-        "--force-reinstall",
-        "--no-deps",
-        "--no-index",
-        str(fetch(RELEASES["0.5.0"])),
-    )
+    reinstall(venv, RELEASES["0.5.0"])
     expect(
         fi_patch(runner, "check", "--venv", venv),
         ExitCode.NEEDS_APPLY,

@@ -60,6 +60,11 @@ def pip(venv: Path, *arguments: str) -> None:
     )
 
 
+def reinstall(venv: Path, release: Release) -> None:
+    """What `pip install -U` or an image rebuild does to a patched file: a real reinstall."""
+    pip(venv, "install", "--force-reinstall", "--no-deps", "--no-index", str(fetch(release)))
+
+
 def install_from_sdist(venv: Path, release: Release) -> None:
     site = site_packages(venv)
     files = released_files(release)
