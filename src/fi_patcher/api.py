@@ -78,7 +78,6 @@ class ApplyResult:
     assessment: Assessment
     diff: str = ""
     backup: Path | None = None
-    cleared_bytecode: tuple[Path, ...] = ()
     preflight: Preflight | None = None
     warnings: tuple[str, ...] = ()
     before: TraceReport | None = None
@@ -263,7 +262,6 @@ def _apply(
         assessment,
         diff,
         written.backup,
-        written.cleared,
         preflight=facts,
         warnings=warnings,
         before=before,
@@ -287,7 +285,6 @@ def _trace_before(
 class _Written:
     entry: ManifestEntry
     backup: Path
-    cleared: tuple[Path, ...]
 
 
 def _write(
@@ -326,8 +323,8 @@ def _write(
         # The target is untouched (atomic_write removed its temporary): undo the record too.
         _undo_record(inspection)
         raise
-    cleared = clear_bytecode(path)
-    return _Written(entry, store.backups / backup, tuple(cleared))
+    clear_bytecode(path)
+    return _Written(entry, store.backups / backup)
 
 
 def _verify_or_roll_back(

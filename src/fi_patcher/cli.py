@@ -424,14 +424,6 @@ def _run(as_json: bool, body: Callable[[Console], int]) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _finish(
-    out: Console, as_json: bool, command: str, documents: list[dict[str, Any]], code: int
-) -> int:
-    if as_json:
-        out.print_json(data=_envelope(command, documents, code))
-    return code
-
-
 def _envelope(command: str, documents: list[dict[str, Any]], code: int) -> dict[str, Any]:
     return {
         "schema": JSON_SCHEMA_VERSION,
