@@ -64,16 +64,7 @@ def interpreter_in(prefix: Path) -> Path:
 
 def probe(python: Path, timeout: float = PROBE_TIMEOUT) -> Interpreter:
     """Run the probe in `python` and return what it said."""
-    script = resources.files("fi_patcher").joinpath("_probe.py").read_text(encoding="utf-8")
-    completed = run_target(python, ["-I", "-c", script], timeout=timeout, what="probe")
-    answer = unframe(completed.stdout)
-    if completed.returncode != 0 or answer is None:
-        raise EnvironmentProblem(
-            f"the interpreter {python} could not run fi-patch's probe "
-            f"(exit status {completed.returncode})",
-            remedy="check that this interpreter starts: run it with --version",
-            details=_tail(completed.stderr),
-        )
+    answer = run_script(python, "_probe.py", [], timeout=timeout, what="probe")
     return Interpreter(
         python=python,
         prefix=Path(answer["prefix"]),
@@ -81,6 +72,24 @@ def probe(python: Path, timeout: float = PROBE_TIMEOUT) -> Interpreter:
         python_version=answer["version"],
         site_packages=tuple(Path(p) for p in answer["site_packages"]),
     )
+
+
+def run_script(
+    python: Path, name: str, arguments: list[str], *, timeout: float, what: str
+) -> dict[str, Any]:
+    """Run one of fi-patch's stdlib-only scripts in `python` with `-I` and return its framed
+    JSON answer; a script that exits non-zero or prints no answer is an error."""
+    script = resources.files("fi_patcher").joinpath(name).read_text(encoding="utf-8")
+    completed = run_target(python, ["-I", "-c", script, *arguments], timeout=timeout, what=what)
+    answer = _unframe(completed.stdout)
+    if completed.returncode != 0 or answer is None:
+        raise EnvironmentProblem(
+            f"the interpreter {python} could not run fi-patch's {what} "
+            f"(exit status {completed.returncode})",
+            remedy="check that this interpreter starts: run it with --version",
+            details=_tail(completed.stderr),
+        )
+    return answer
 
 
 def compile_check(python: Path, source: bytes, filename: str, timeout: float) -> None:
@@ -137,7 +146,7 @@ def run_target(
     )
 
 
-def unframe(stdout: str) -> dict[str, Any] | None:
+def _unframe(stdout: str) -> dict[str, Any] | None:
     start = stdout.rfind(_BEGIN)
     end = stdout.rfind(_END)
     if start < 0 or end < start:

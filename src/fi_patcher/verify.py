@@ -7,14 +7,13 @@ fi-patch's process. Judging their answers is pure and lives here too.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from fi_patcher.environment import run_target, unframe
-from fi_patcher.errors import EnvironmentProblem, Inert, NoTorch, ToolkitMismatch
+from fi_patcher.environment import run_script
+from fi_patcher.errors import Inert, NoTorch, ToolkitMismatch
 
 VERIFY_TIMEOUT = 600.0
 
@@ -57,11 +56,10 @@ class TraceReport:
     passed: bool
     summary: str
     details: tuple[str, ...] = ()
-    facts: dict[str, Any] | None = None
 
 
 def preflight(python: Path, timeout: float) -> Preflight:
-    answer = _run_script(python, "_preflight.py", [], timeout, "pre-flight")
+    answer = run_script(python, "_preflight.py", [], timeout=timeout, what="pre-flight")
     torch = answer.get("torch", {})
     nvcc = answer.get("nvcc", {})
     return Preflight(
@@ -125,7 +123,9 @@ def judge_preflight(facts: Preflight, allow_mismatch: bool) -> tuple[str, ...]:
 
 def trace(python: Path, mode: str, file: Path, marker: str, timeout: float) -> TraceReport:
     """Run `_verify.py` in a fresh process of the target and judge what it saw."""
-    facts = _run_script(python, "_verify.py", [mode, str(file), marker], timeout, "verification")
+    facts = run_script(
+        python, "_verify.py", [mode, str(file), marker], timeout=timeout, what="verification"
+    )
     return judge_trace(facts)
 
 
@@ -133,7 +133,7 @@ def judge_trace(facts: dict[str, Any]) -> TraceReport:
     mode = str(facts.get("mode"))
     error = facts.get("error")
     if error is not None:
-        return TraceReport(mode, False, _failure_summary(facts, error), _error_lines(error), facts)
+        return TraceReport(mode, False, _failure_summary(facts, error), _error_lines(error))
     problems = []
     if not facts.get("is_expected_file"):
         problems.append(f"imported {facts.get('module_file')}, not the file fi-patch checked")
@@ -152,14 +152,14 @@ def judge_trace(facts: dict[str, Any]) -> TraceReport:
             f"the compiled function returned {facts.get('traced')}, eager {facts.get('eager')}"
         )
     if problems:
-        return TraceReport(mode, False, "fails: " + "; ".join(problems), tuple(problems), facts)
+        return TraceReport(mode, False, "fails: " + "; ".join(problems), tuple(problems))
     summary = "passes"
     if mode == "after":
         summary += (
             f" (get_cuda_version() = {facts.get('value')}, fullgraph trace started no process, "
             f"result {facts.get('traced')} equals eager)"
         )
-    return TraceReport(mode, True, summary, (), facts)
+    return TraceReport(mode, True, summary)
 
 
 def diagnose_packaging(facts: dict[str, Any]) -> str | None:
@@ -220,20 +220,6 @@ def _error_lines(error: dict[str, Any]) -> tuple[str, ...]:
     lines[0] += next((x for x in str(error.get("message", "")).splitlines() if x), "")
     lines.extend(str(error.get("message", "")).splitlines()[1:40])
     return tuple(line for line in lines if line.strip())
-
-
-def _run_script(
-    python: Path, name: str, arguments: list[str], timeout: float, what: str
-) -> dict[str, Any]:
-    script = resources.files("fi_patcher").joinpath(name).read_text(encoding="utf-8")
-    completed = run_target(python, ["-I", "-c", script, *arguments], timeout=timeout, what=what)
-    answer = unframe(completed.stdout)
-    if answer is None:
-        raise EnvironmentProblem(
-            f"the {what} in {python} ended without an answer (exit status {completed.returncode})",
-            details=tuple(completed.stderr.strip().splitlines()[-12:]),
-        )
-    return answer
 
 
 def _major_minor(version: str) -> tuple[int, ...]:
