@@ -1,50 +1,67 @@
 """The commands as functions: find the target, assess it, act, return a result value.
 
-All file system and subprocess work is here or in the modules it calls; `cli` only renders.
-Writes happen under the environment's lock, in an order that leaves a recognisable state if the
-process dies between steps: backup, then manifest, then the target file (see docs/how-it-works.md).
+This module orchestrates: pre-flight, lock, inspect, prove before, write, prove after, commit or
+undo. What to do is decided by pure modules (`assess`, `plan`), every write is a transaction of
+the store's (one per file), and `cli` only renders. See docs/how-it-works.md for the protocol.
 """
 
 from __future__ import annotations
 
 import os
-import stat
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from fi_patcher import __version__
-from fi_patcher.assess import assess
+from fi_patcher.assess import assess, layout_problem
 from fi_patcher.environment import PROBE_TIMEOUT, choose_python, compile_check, probe
 from fi_patcher.errors import (
     Drifted,
     FiPatchError,
     LayoutProblem,
     NotInstalled,
+    RequirementUnmet,
     StoreProblem,
-    Unsupported,
     VerificationFailed,
-    WriteFailed,
 )
 from fi_patcher.installed import find_installed
-from fi_patcher.model import Assessment, Interpreter, ManifestEntry, Patch, State, Verdict
-from fi_patcher.recognise import render_diff
-from fi_patcher.registry import known_ranges
-from fi_patcher.store import (
-    Store,
-    atomic_write,
-    clear_bytecode,
-    clear_temporaries,
-    sha256_bytes,
+from fi_patcher.model import (
+    Assessment,
+    FileRecord,
+    FileState,
+    Installed,
+    Interpreter,
+    Patch,
+    PatchRecord,
+    PatchSet,
+    PatchState,
+    Pending,
+    Shape,
+    State,
+    Verdict,
 )
-from fi_patcher.verify import (
+from fi_patcher.plan import ApplyPlan, FilePlan, plan_apply
+from fi_patcher.proofs import (
     VERIFY_TIMEOUT,
+    Judgement,
     Preflight,
-    TraceReport,
+    ProofReport,
+    ProofRequest,
     judge_preflight,
+    needs_nvcc,
     preflight,
-    trace,
+    prove,
+)
+from fi_patcher.recognise import render_diff, sha256_bytes
+from fi_patcher.registry import fit, load_patches
+from fi_patcher.store import (
+    Change,
+    Journal,
+    Store,
+    Transaction,
+    backup_name,
+    clear_temporaries,
 )
 
 
@@ -59,44 +76,64 @@ def _quiet(message: str) -> None:
 
 
 @dataclass(frozen=True)
-class ApplyOptions:
+class Options:
     dry_run: bool = False
     force: bool = False
+    """apply: patch an unknown version where a function matches a known shape structurally;
+    revert: overwrite a file that changed since fi-patch wrote it."""
     verify: bool = True
     allow_mismatch: bool = False
     timeout: float = PROBE_TIMEOUT
     """For the probe, the pre-flight and the compile check."""
     verify_timeout: float = VERIFY_TIMEOUT
-    """For each trace: a fresh process importing torch and FlashInfer."""
+    """For the one process that runs every proof (it imports torch and FlashInfer)."""
     progress: Callable[[str], None] = _quiet
 
 
 @dataclass(frozen=True)
-class ApplyResult:
+class PatchOutcome:
+    """What a command did with one patch."""
+
+    state: PatchState
+    """The patch's state when the command started."""
     action: str
-    """applied | already-applied | not-applicable | would-apply | finished"""
-    assessment: Assessment
-    diff: str = ""
-    backup: Path | None = None
-    preflight: Preflight | None = None
-    warnings: tuple[str, ...] = ()
-    before: TraceReport | None = None
-    after: TraceReport | None = None
+    message: str = ""
+    before: ProofReport | None = None
+    after: ProofReport | None = None
 
 
 @dataclass(frozen=True)
-class RevertResult:
+class FileOutcome:
+    """What a command did to one file."""
+
+    relpath: str
+    path: Path
     action: str
-    """reverted | nothing-to-revert | cleared-record"""
-    message: str
-    file: Path | None = None
+    """written, would-write, finished, rolled-back, reverted or cleared-record."""
+    holds: tuple[str, ...]
+    """The patches the file holds afterwards."""
+    message: str = ""
+    diff: str = ""
+    backup: Path | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of apply or revert on one target."""
+
+    assessment: Assessment
+    patches: tuple[PatchOutcome, ...]
+    files: tuple[FileOutcome, ...] = ()
+    preflight: Preflight | None = None
+    warnings: tuple[str, ...] = ()
+    failure: FiPatchError | None = None
+    """A proof failed after the write: the files it covers are put back (exit 13)."""
 
 
 @dataclass(frozen=True)
 class _Inspection:
     assessment: Assessment
-    source: bytes | None
-    entries: dict[str, ManifestEntry]
+    sources: Mapping[str, bytes | None]
     store: Store
 
 
@@ -110,335 +147,699 @@ def open_target(
     return Target(probe(interpreter_path, timeout), chosen_by)
 
 
-def check(target: Target, patch: Patch) -> Assessment:
-    """The target's state. Reads only: takes no lock and creates nothing."""
-    return _inspect(target.interpreter, patch, rewrite=False).assessment
+def check(target: Target, chosen: PatchSet) -> Assessment:
+    """Every chosen patch's state. Reads only: takes no lock and creates nothing."""
+    assessment = _inspect(target.interpreter, chosen.patches).assessment
+    problem = layout_problem(assessment)
+    if problem is not None:
+        raise problem
+    return assessment
 
 
-def apply(target: Target, patch: Patch, options: ApplyOptions | None = None) -> ApplyResult:
-    options = options or ApplyOptions()
+def verify(target: Target, assessment: Assessment, options: Options) -> dict[str, ProofReport]:
+    """Run the proofs in one fresh process of the target: after the patch where it is applied,
+    before it elsewhere."""
+    requests = [
+        ProofRequest(s.patch, "after" if s.state is State.PATCHED else "before", s.file.path)
+        for s in assessment.patches
+        if s.file is not None and s.file.condition != "absent"
+    ]
+    if requests:
+        options.progress(f"proving in {target.interpreter.python} (importing torch and FlashInfer)")
+    return prove(target.interpreter.python, requests, options.verify_timeout)
+
+
+# --- apply --------------------------------------------------------------------------------------
+
+
+def apply(target: Target, chosen: PatchSet, options: Options | None = None) -> Outcome:
+    options = options or Options()
     interpreter = target.interpreter
-    inspection = _inspect(interpreter, patch)
-    if not _writes(inspection.assessment, options.force):
-        return _apply(inspection, interpreter, options, None)
+    inspection = _inspect(interpreter, chosen.patches)
+    _require_installed(inspection.assessment, interpreter)
+    problem = layout_problem(inspection.assessment)
+    if problem is not None:
+        raise problem
+    plan = plan_apply(inspection.assessment, chosen, force=options.force)
+    if plan.idle:
+        return _outcome(inspection.assessment, plan)
     # Read-only checks first, so that a refusal leaves the environment as it was.
-    options.progress(f"pre-flight in {interpreter.python}")
-    facts = preflight(interpreter.python, options.timeout)
-    checked = facts, judge_preflight(facts, options.allow_mismatch)
-    if options.dry_run:
-        return _apply(inspection, interpreter, options, checked)
-    assert inspection.assessment.installed is not None
-    with inspection.store.lock():
-        clear_temporaries(inspection.assessment.installed.file.path)
-        inspection.store.drop_orphans(inspection.store.load())
-        # Look again under the lock: another fi-patch may have written meanwhile.
-        return _apply(_inspect(interpreter, patch), interpreter, options, checked)
-
-
-def verify(target: Target, assessment: Assessment, options: ApplyOptions) -> TraceReport:
-    """Run the trace in the target: `after` on a patched file, `before` on any other."""
-    installed = assessment.installed
-    if installed is None or assessment.state is State.NOT_APPLICABLE:
-        return TraceReport("none", True, f"nothing to verify: {assessment.reason}")
-    mode = "after" if assessment.state is State.PATCHED else "before"
-    options.progress(f"verifying in {target.interpreter.python} (importing torch and FlashInfer)")
-    return trace(
-        target.interpreter.python,
-        mode,
-        installed.file.path,
-        assessment.patch.marker_prefix,
-        options.verify_timeout,
+    facts, judgement = _preflight(interpreter, plan, chosen, options)
+    plan = plan_apply(
+        inspection.assessment, chosen, force=options.force, left_out=judgement.left_out
     )
-
-
-def revert(target: Target, patch: Patch, *, force: bool = False) -> RevertResult:
-    interpreter = target.interpreter
-    store = Store(interpreter.prefix)
-    if not store.root.exists():
-        return RevertResult("nothing-to-revert", "nothing to revert: fi-patch never patched here")
-    with store.lock():
-        entries = store.load()
-        store.drop_orphans(entries)
-        entry = entries.get(patch.id)
-        if entry is None:
-            return RevertResult(
-                "nothing-to-revert", f"nothing to revert: {patch.id} is not applied here"
-            )
-        path = _entry_path(interpreter, entry)
-        installed = find_installed(interpreter, patch.distribution, patch.target)
-        if installed is None or installed.version != entry.version:
-            now = f"{installed.version}" if installed else "nothing (it was uninstalled)"
-            _forget(store, entries, entry)
-            return RevertResult(
-                "cleared-record",
-                f"{entry.dist} {entry.version} was replaced by {now} since fi-patch patched "
-                "it; nothing to restore, the record is cleared",
-                path,
-            )
-        clear_temporaries(path)
-        current = _read(path)
-        if current is None and not force:
-            raise LayoutProblem(
-                f"{path} is missing",
-                remedy="reinstall FlashInfer, or pass --force to restore fi-patch's backup there",
-            )
-        sha = sha256_bytes(current) if current is not None else None
-        if sha == entry.sha256_before:
-            _forget(store, entries, entry)
-            why = {
-                "applying": "an interrupted fi-patch apply left them",
-                "reverting": "an interrupted fi-patch revert put them back",
-            }.get(entry.status, "a reinstall put them back")
-            return RevertResult(
-                "cleared-record", f"already the original bytes ({why}); the record is cleared", path
-            )
-        if sha != entry.sha256_after and not force:
-            raise Drifted(
-                f"{path} changed since fi-patch wrote it (sha256 "
-                f"{(sha or 'missing')[:12]}…, fi-patch wrote {entry.sha256_after[:12]}…)",
-                remedy="look at the file; `fi-patch revert --force` restores the original "
-                "bytes anyway, overwriting whatever is there now",
-            )
-        original = store.read_backup(entry)
-        record = installed.file.record_sha256
-        if record is not None and record != sha256_bytes(original):
-            raise StoreProblem(
-                f"the backup {entry.backup} does not match RECORD "
-                f"({record[:12]}…); refusing to restore it",
-                remedy="reinstall FlashInfer to get the original back: pip install "
-                f"--force-reinstall --no-deps {entry.dist}=={entry.version}",
-            )
-        mode = stat.S_IMODE(os.stat(path).st_mode) if current is not None else 0o644
-        store.save({**entries, entry.patch_id: replace(entry, status="reverting")})
-        atomic_write(path, original, mode=mode)
-        clear_bytecode(path)
-        _forget(store, entries, entry)
-        return RevertResult("reverted", f"restored the original bytes of {path}", path)
-
-
-def _apply(
-    inspection: _Inspection,
-    interpreter: Interpreter,
-    options: ApplyOptions,
-    checked: tuple[Preflight, tuple[str, ...]] | None,
-) -> ApplyResult:
-    assessment = inspection.assessment
-    state = assessment.state
-    if state is State.NOT_INSTALLED:
-        raise NotInstalled(
-            f"{assessment.patch.distribution} is not installed in {interpreter.prefix}",
-            remedy="check that --venv names the environment your server runs in",
-        )
-    if state is State.NOT_APPLICABLE:
-        return ApplyResult("not-applicable", assessment)
-    if state is State.PATCHED and not assessment.interrupted:
-        return ApplyResult("already-applied", assessment)
-    if not _writes(assessment, options.force):
-        raise _refusal(assessment)
-    assert checked is not None, "apply runs the pre-flight before any write"
-    facts, warnings = checked
+    warnings = judgement.warnings
     if not options.verify:
         warnings += ("verification skipped (--no-verify): nothing proves the patch works here",)
-    if state is State.PATCHED:  # fi-patch's bytes, left by an interrupted run
-        if options.dry_run:
-            return ApplyResult("would-apply", assessment, preflight=facts, warnings=warnings)
-        return _finish(inspection, interpreter, options, facts, warnings)
-    assert assessment.installed is not None and assessment.patched_text is not None
-    assert inspection.source is not None
-    path = assessment.installed.file.path
-    diff = render_diff(
-        inspection.source.decode("utf-8"), assessment.patched_text, assessment.patch.target
+    if options.dry_run or plan.idle:
+        files = tuple(_dry_run(inspection, plan, options))
+        return _outcome(inspection.assessment, plan, files, facts, warnings)
+    with inspection.store.lock():
+        for file in plan.files:
+            clear_temporaries(file.state.path)
+        journal = Journal(inspection.store)
+        inspection.store.drop_unreferenced(journal.records)
+        # Look again under the lock: another fi-patch may have written meanwhile.
+        inspection = _inspect(interpreter, chosen.patches)
+        plan = plan_apply(
+            inspection.assessment, chosen, force=options.force, left_out=judgement.left_out
+        )
+        return _apply_locked(interpreter, inspection, journal, plan, facts, warnings, options)
+
+
+def _preflight(
+    interpreter: Interpreter, plan: ApplyPlan, chosen: PatchSet, options: Options
+) -> tuple[Preflight | None, Judgement]:
+    if not plan.adding:
+        return None, Judgement()
+    options.progress(f"pre-flight in {interpreter.python}")
+    facts = preflight(interpreter.python, options.timeout, nvcc=needs_nvcc(plan.adding))
+    judgement = judge_preflight(
+        facts, plan.adding, explicit=chosen.explicit, allow_mismatch=options.allow_mismatch
     )
-    if options.dry_run:
-        return ApplyResult("would-apply", assessment, diff, preflight=facts, warnings=warnings)
-    before = None
+    return facts, judgement
+
+
+def _apply_locked(
+    interpreter: Interpreter,
+    inspection: _Inspection,
+    journal: Journal,
+    plan: ApplyPlan,
+    facts: Preflight | None,
+    warnings: tuple[str, ...],
+    options: Options,
+) -> Outcome:
+    assessment = inspection.assessment
+    changes = [_apply_change(inspection, file, plan, facts, options) for file in plan.files]
+    for change in changes:
+        compile_check(interpreter.python, change.after, str(change.path), options.timeout)
+    before: dict[str, ProofReport] = {}
+    if options.verify and plan.adding:
+        options.progress("proving the unpatched code in the target (importing torch)")
+        before = _prove_before(interpreter, plan, options)
+    transactions = _write_all(journal, [c for c in changes if c.before != c.after])
+    after: dict[str, ProofReport] = {}
     if options.verify:
-        options.progress("tracing the unpatched function in the target (importing torch)")
-        before = _trace_before(interpreter, path, assessment.patch, options)
-    written = _write(inspection, interpreter, facts, options)
-    after = _verify_or_roll_back(inspection, interpreter, written.entry, options)
-    return ApplyResult(
-        "applied",
+        options.progress("proving the patched code in a fresh process of the target")
+        after = _prove_after(interpreter, plan.files, transactions, options)
+    failed = _settle_all(journal, plan.files, changes, transactions, after, options)
+    files = tuple(
+        _file_outcome(inspection, file, change, failed)
+        for file, change in zip(plan.files, changes, strict=True)
+    )
+    return _outcome(
         assessment,
-        diff,
-        written.backup,
-        preflight=facts,
-        warnings=warnings,
+        plan,
+        files,
+        facts,
+        warnings,
         before=before,
         after=after,
+        failure=_failure(interpreter, plan.files, failed, after),
     )
 
 
-def _trace_before(
-    interpreter: Interpreter, path: Path, patch: Patch, options: ApplyOptions
-) -> TraceReport:
-    """The trace before writing is a report, not a gate: what proves the patch is the one after."""
-    try:
-        return trace(
-            interpreter.python, "before", path, patch.marker_prefix, options.verify_timeout
-        )
-    except FiPatchError as error:
-        return TraceReport("before", False, f"did not finish: {error.message}", error.details)
-
-
-@dataclass(frozen=True)
-class _Written:
-    entry: ManifestEntry
-    backup: Path
-
-
-def _write(
-    inspection: _Inspection, interpreter: Interpreter, facts: Preflight, options: ApplyOptions
-) -> _Written:
-    """Backup, manifest, then the file: the order docs/how-it-works.md promises."""
-    assessment = inspection.assessment
-    assert assessment.installed is not None and assessment.patched_text is not None
-    assert inspection.source is not None
-    path = assessment.installed.file.path
-    patched = assessment.patched_text.encode("utf-8")
-    compile_check(interpreter.python, patched, str(path), options.timeout)
-    store = inspection.store
-    backup = store.put_backup(inspection.source)
-    entry = _entry(
-        assessment,
-        interpreter,
-        inspection.source,
-        patched,
-        backup=backup,
-        forced=assessment.state is State.DRIFTED,
-    )
-    entry = replace(
-        entry,
-        torch_cuda=facts.torch_cuda,
-        nvcc_version=facts.nvcc_version,
-        nvcc_path=facts.nvcc_path,
-        mismatch_allowed=facts.mismatch,
-        verification="pending" if options.verify else "skipped",
-        status="applying",
-    )
-    store.save({**inspection.entries, entry.patch_id: entry})
-    try:
-        atomic_write(path, patched, mode=stat.S_IMODE(os.stat(path).st_mode))
-    except WriteFailed:
-        # The target is untouched (atomic_write removed its temporary): undo the record too.
-        _undo_record(inspection)
-        raise
-    clear_bytecode(path)
-    return _Written(entry, store.backups / backup)
-
-
-def _verify_or_roll_back(
+def _apply_change(
     inspection: _Inspection,
-    interpreter: Interpreter,
-    entry: ManifestEntry,
-    options: ApplyOptions,
-) -> TraceReport | None:
-    """Prove the written patch (unless --no-verify), then mark the manifest entry applied."""
-    assessment = inspection.assessment
-    assert assessment.installed is not None and inspection.source is not None
-    path = assessment.installed.file.path
-    report = None
-    if options.verify:
-        options.progress("verifying the patched function in a fresh process of the target")
-        report = _verify_after(inspection, interpreter, path, options)
-    final = replace(entry, status="applied", verification="passed" if report else "skipped")
-    inspection.store.save({**inspection.entries, entry.patch_id: final})
-    return report
+    file: FilePlan,
+    plan: ApplyPlan,
+    facts: Preflight | None,
+    options: Options,
+) -> Change:
+    """The write that gives `file` its planned patches (none, when it only needs proving)."""
+    state = file.state
+    installed = inspection.assessment.installed
+    assert installed is not None
+    current = inspection.sources[state.relpath]
+    assert current is not None
+    original = _original(inspection.store, state, current, installed)
+    after: bytes = current
+    shapes: Mapping[str, Shape] = {}
+    if file.writes:
+        after, shapes = _compose(original, file.patches, installed.version, plan.forced)
+    existing = {p.id: p for p in state.record.patches} if state.record else {}
+    verification = "pending" if options.verify else "skipped"
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    records = tuple(
+        replace(existing[p.id], fi_patch_version=__version__, verification=verification)
+        if p.id in existing and file.writes
+        else existing[p.id]
+        if p.id in existing
+        else _patch_record(p, shapes[p.id], now, verification, p.id in plan.forced, facts)
+        for p in file.patches
+    )
+    base = _record(inspection, state, original, current, installed)
+    staged = replace(
+        base,
+        pending=Pending("apply", records, sha256_bytes(after), sha256_bytes(current)),
+    )
+    proven = "passed" if options.verify else "skipped"
+    committed = replace(
+        base,
+        sha256=sha256_bytes(after),
+        patches=tuple(
+            replace(r, verification=proven if r.verification == "pending" else r.verification)
+            for r in records
+        ),
+    )
+    return Change(state.path, state.relpath, current, after, staged, committed)
 
 
-def _verify_after(
-    inspection: _Inspection, interpreter: Interpreter, path: Path, options: ApplyOptions
-) -> TraceReport:
-    marker = inspection.assessment.patch.marker_prefix
+def _patch_record(
+    patch: Patch,
+    shape: Shape,
+    now: str,
+    verification: str,
+    forced: bool,
+    facts: Preflight | None,
+) -> PatchRecord:
+    toolkit = facts is not None and "cuda-toolkit" in patch.preflight
+    return PatchRecord(
+        id=patch.id,
+        shape=shape.name,
+        fi_patch_version=__version__,
+        applied_at=now,
+        forced=forced,
+        verification=verification,
+        torch_cuda=facts.torch_cuda if toolkit and facts else None,
+        nvcc_version=facts.nvcc_version if toolkit and facts else None,
+        nvcc_path=facts.nvcc_path if toolkit and facts else None,
+        mismatch_allowed=bool(toolkit and facts and facts.mismatch),
+    )
+
+
+def _record(
+    inspection: _Inspection,
+    state: FileState,
+    original: bytes,
+    current: bytes,
+    installed: Installed,
+) -> FileRecord:
+    """The file's record as it stands before this write."""
+    prefix = inspection.store.root.parent
+    site = installed.files[state.relpath].site_packages
+    return FileRecord(
+        relpath=state.relpath,
+        site_packages=PurePosixPath(Path(os.path.relpath(site, prefix))).as_posix(),
+        dist=installed.name,
+        version=installed.version,
+        record_sha256=installed.files[state.relpath].record_sha256,
+        original=sha256_bytes(original),
+        backup=backup_name(sha256_bytes(original)),
+        sha256=sha256_bytes(current),
+        patches=state.record.patches if state.record else (),
+    )
+
+
+def _original(store: Store, state: FileState, current: bytes, installed: Installed) -> bytes:
+    """FlashInfer's original bytes of the file: on disk, or in fi-patch's backup."""
+    if state.condition == "original" or state.record is None:
+        return current
+    return _from_backup(store, state.record, installed)
+
+
+def _from_backup(store: Store, record: FileRecord, installed: Installed) -> bytes:
+    """The original bytes fi-patch kept, checked against the manifest and against RECORD."""
+    original = store.read_backup(record)
+    expected = installed.files[record.relpath].record_sha256
+    if expected is not None and expected != sha256_bytes(original):
+        raise StoreProblem(
+            f"the backup {record.backup} does not match RECORD ({expected[:12]}…); "
+            "refusing to restore it",
+            remedy="reinstall FlashInfer to get the original back: pip install "
+            f"--force-reinstall --no-deps {installed.name}=={installed.version}",
+        )
+    return original
+
+
+def _compose(
+    original: bytes, patches: Sequence[Patch], version: str, forced: frozenset[str]
+) -> tuple[bytes, Mapping[str, Shape]]:
+    """The original with `patches` applied in registry order, and the shape each matched."""
+    # Imported here: libcst is the slowest import of all, and only writing needs it.
+    from fi_patcher.codemod import Composed, compose
+
+    steps = []
+    structural = False
+    for patch in patches:
+        how = fit(patch, version)
+        unknown = how.verdict is Verdict.UNKNOWN or patch.id in forced
+        structural = structural or unknown
+        steps.append((patch, patch.shapes if unknown or how.shape is None else (how.shape,)))
+    result = compose(original.decode("utf-8"), steps, __version__, structural=structural)
+    if not isinstance(result, Composed):
+        raise Drifted(
+            f"cannot rebuild the file from FlashInfer's original: {result.reason}",
+            remedy="reinstall FlashInfer, then apply again",
+        )
+    return result.text.encode("utf-8"), result.shapes
+
+
+def _prove_before(
+    interpreter: Interpreter, plan: ApplyPlan, options: Options
+) -> dict[str, ProofReport]:
+    """The proofs before writing are a report, not a gate: what proves the patch is after."""
+    requests = [ProofRequest(p, "before", _path(plan, p)) for p in plan.adding]
     try:
-        report = trace(interpreter.python, "after", path, marker, options.verify_timeout)
+        return prove(interpreter.python, requests, options.verify_timeout)
+    except FiPatchError as error:
+        return {
+            r.patch.id: ProofReport(
+                r.patch.id, "before", False, f"did not finish: {error.message}", error.details
+            )
+            for r in requests
+        }
+
+
+def _path(plan: ApplyPlan, patch: Patch) -> Path:
+    return next(f.state.path for f in plan.files if patch in f.patches)
+
+
+def _write_all(journal: Journal, changes: Sequence[Change]) -> dict[str, Transaction]:
+    """Write every file, or none: a failure undoes the files already written."""
+    done: dict[str, Transaction] = {}
+    try:
+        for change in changes:
+            transaction = Transaction(journal, change)
+            done[change.relpath] = transaction
+            transaction.write()
+    except BaseException:
+        _undo_all(list(done.values()))
+        raise
+    return done
+
+
+def _undo_all(transactions: Sequence[Transaction]) -> None:
+    for transaction in reversed(transactions):
+        transaction.undo()
+
+
+def _prove_after(
+    interpreter: Interpreter,
+    files: Sequence[FilePlan],
+    transactions: Mapping[str, Transaction],
+    options: Options,
+) -> dict[str, ProofReport]:
+    """Every patch in every file written or finished, in one process; a proof that cannot run
+    at all puts every file back."""
+    requests = [ProofRequest(p, "after", f.state.path) for f in files for p in f.patches]
+    try:
+        return prove(interpreter.python, requests, options.verify_timeout)
     except BaseException as exc:  # a timeout, an interrupt: never leave an unproven patch
-        _roll_back(inspection, path)
+        _undo_all(list(transactions.values()))
         if isinstance(exc, FiPatchError):
+            paths = ", ".join(str(f.state.path) for f in files)
             raise VerificationFailed(
-                f"verification did not finish: {exc.message}; the original bytes of {path} "
-                "are restored",
+                f"the proofs did not finish: {exc.message}; rolled back: {paths} are as they "
+                "were before",
                 remedy=exc.remedy,
                 details=exc.details,
             ) from exc
         raise
-    if not report.passed:
-        _roll_back(inspection, path)
-        raise VerificationFailed(
-            f"verification in {interpreter.python} {report.summary}; rolled back: the original "
-            f"bytes of {path} are restored",
-            remedy="read the target's own error above; `fi-patch apply --no-verify` writes the "
-            "patch without this proof",
-            details=report.details,
-        )
-    return report
 
 
-def _finish(
-    inspection: _Inspection,
-    interpreter: Interpreter,
-    options: ApplyOptions,
-    facts: Preflight,
-    warnings: tuple[str, ...],
-) -> ApplyResult:
-    """The file already holds fi-patch's bytes from an interrupted run: verify and record."""
-    assessment = inspection.assessment
-    entry = inspection.entries[assessment.patch.id]
-    original = inspection.store.read_backup(entry)
-    inspection = replace(inspection, source=original, entries=_without(inspection.entries, entry))
-    after = _verify_or_roll_back(inspection, interpreter, entry, options)
-    return ApplyResult("finished", assessment, preflight=facts, warnings=warnings, after=after)
+def _settle_all(
+    journal: Journal,
+    files: Sequence[FilePlan],
+    changes: Sequence[Change],
+    transactions: Mapping[str, Transaction],
+    after: Mapping[str, ProofReport],
+    options: Options,
+) -> set[str]:
+    """Commit each file whose proofs passed, put back each other one; return the latter."""
+    failed = set()
+    for file, change in zip(files, changes, strict=True):
+        green = not options.verify or all(after[p.id].passed for p in file.patches)
+        transaction = transactions.get(change.relpath)
+        if green and transaction is not None:
+            transaction.commit()
+        elif green:
+            journal.put(change.relpath, change.committed)
+            journal.store.drop_unreferenced(journal.records)
+        else:
+            failed.add(change.relpath)
+            if transaction is not None:
+                transaction.undo()
+            else:
+                _restore_original(journal, file, change)
+    return failed
 
 
-def _without(entries: dict[str, ManifestEntry], entry: ManifestEntry) -> dict[str, ManifestEntry]:
-    return {k: v for k, v in entries.items() if k != entry.patch_id}
-
-
-def _roll_back(inspection: _Inspection, path: Path) -> None:
-    """Put back the original bytes, then the manifest as it was before this apply."""
-    assert inspection.source is not None
-    atomic_write(path, inspection.source, mode=stat.S_IMODE(os.stat(path).st_mode))
-    clear_bytecode(path)
-    _undo_record(inspection)
-
-
-def _undo_record(inspection: _Inspection) -> None:
-    """The manifest as it was before this apply, and no backup that only this apply needed."""
-    assert inspection.source is not None
-    inspection.store.save(dict(inspection.entries))
-    inspection.store.drop_backup(f"{sha256_bytes(inspection.source)}.py", inspection.entries)
-
-
-def _writes(assessment: Assessment, force: bool) -> bool:
-    """Whether apply would write: pristine or wiped, or forced onto an unknown version."""
-    if assessment.state in (State.PRISTINE, State.WIPED):
-        return True
-    if assessment.state is State.PATCHED:
-        return assessment.interrupted is not None
-    return assessment.state is State.DRIFTED and force and assessment.patched_text is not None
-
-
-def _inspect(interpreter: Interpreter, patch: Patch, *, rewrite: bool = True) -> _Inspection:
-    store = Store(interpreter.prefix)
-    entries = store.load()
-    installed = find_installed(interpreter, patch.distribution, patch.target)
-    source = None
-    if installed is not None:
-        path = installed.file.path
-        if path.is_symlink():
-            raise LayoutProblem(
-                f"{path} is a symlink to {os.readlink(path)}; fi-patch does not write through "
-                "links",
-                remedy="reinstall FlashInfer so that the file is a regular file",
-            )
-        source = _read(path)
-    assessment = assess(
-        patch, installed, source, entries.get(patch.id), __version__, rewrite=rewrite
+def _restore_original(journal: Journal, file: FilePlan, change: Change) -> None:
+    """An interrupted run left bytes that fail their proof: put FlashInfer's original back."""
+    record = file.state.record
+    assert record is not None
+    original = journal.store.read_backup(record)
+    pending = Pending("revert", (), sha256_bytes(original), sha256_bytes(change.before))
+    rollback = Change(
+        change.path,
+        change.relpath,
+        change.before,
+        original,
+        replace(record, pending=pending),
+        None,
     )
-    return _Inspection(assessment, source, entries, store)
+    transaction = Transaction(journal, rollback)
+    transaction.write()
+    transaction.commit()
+
+
+def _failure(
+    interpreter: Interpreter,
+    files: Sequence[FilePlan],
+    failed: set[str],
+    after: Mapping[str, ProofReport],
+) -> VerificationFailed | None:
+    if not failed:
+        return None
+    red = [after[p.id] for f in files if f.state.relpath in failed for p in f.patches]
+    red = [r for r in red if not r.passed]
+    rolled = "; ".join(
+        f"{f.state.path} ({', '.join(p.id for p in f.patches)})"
+        for f in files
+        if f.state.relpath in failed
+    )
+    return VerificationFailed(
+        f"the proof of {', '.join(r.patch for r in red)} in {interpreter.python} "
+        f"{red[0].summary}; rolled back: {rolled} are as they were before this apply",
+        remedy="read the target's own error below; `fi-patch apply --no-verify` writes the "
+        "patches without this proof",
+        details=tuple(line for r in red for line in (f"{r.patch}: {r.summary}", *r.details)),
+    )
+
+
+def _dry_run(inspection: _Inspection, plan: ApplyPlan, options: Options) -> list[FileOutcome]:
+    files = []
+    installed = inspection.assessment.installed
+    assert installed is not None
+    for file in plan.files:
+        current = inspection.sources[file.state.relpath]
+        assert current is not None
+        if not file.writes:
+            continue
+        original = _original(inspection.store, file.state, current, installed)
+        after, _ = _compose(original, file.patches, installed.version, plan.forced)
+        diff = render_diff(current.decode("utf-8"), after.decode("utf-8"), file.state.relpath)
+        holds = tuple(p.id for p in file.patches)
+        files.append(
+            FileOutcome(file.state.relpath, file.state.path, "would-write", holds, diff=diff)
+        )
+    return files
+
+
+def _file_outcome(
+    inspection: _Inspection, file: FilePlan, change: Change, failed: set[str]
+) -> FileOutcome:
+    relpath = file.state.relpath
+    if relpath in failed:
+        held = file.state.applied if file.writes else ()
+        return FileOutcome(relpath, file.state.path, "rolled-back", held)
+    holds = tuple(p.id for p in file.patches)
+    if not file.writes:
+        return FileOutcome(relpath, file.state.path, "finished", holds)
+    diff = render_diff(change.before.decode("utf-8"), change.after.decode("utf-8"), relpath)
+    assert change.committed is not None
+    backup = inspection.store.backups / change.committed.backup
+    return FileOutcome(relpath, file.state.path, "written", holds, diff=diff, backup=backup)
+
+
+def _outcome(
+    assessment: Assessment,
+    plan: ApplyPlan,
+    files: tuple[FileOutcome, ...] = (),
+    facts: Preflight | None = None,
+    warnings: tuple[str, ...] = (),
+    *,
+    before: Mapping[str, ProofReport] | None = None,
+    after: Mapping[str, ProofReport] | None = None,
+    failure: FiPatchError | None = None,
+) -> Outcome:
+    states = {s.patch.id: s for s in assessment.patches}
+    done = {f.relpath: f for f in files}
+    outcomes = []
+    for step in plan.steps:
+        action = {"add": "applied", "finish": "finished"}.get(step.action, step.action)
+        written = done.get(step.patch.target)
+        if written is not None and written.action == "would-write":
+            action = "would-apply" if step.action == "add" else action
+        if (
+            written is not None
+            and written.action == "rolled-back"
+            and step.action in ("add", "finish")
+        ):
+            action = "rolled-back"
+        outcomes.append(
+            PatchOutcome(
+                states[step.patch.id],
+                action,
+                step.reason if action == "left-out" else "",
+                (before or {}).get(step.patch.id),
+                (after or {}).get(step.patch.id),
+            )
+        )
+    return Outcome(assessment, tuple(outcomes), files, facts, warnings, failure)
+
+
+# --- revert -------------------------------------------------------------------------------------
+
+
+def revert(target: Target, chosen: PatchSet, options: Options | None = None) -> Outcome:
+    """Take the chosen patches out (every patch, by default): a file left with none gets its
+    original bytes back; a file left with others is rebuilt from the original and proven."""
+    options = options or Options()
+    interpreter = target.interpreter
+    store = Store(interpreter.prefix)
+    everything = PatchSet(load_patches())
+    if not store.root.exists():
+        assessment = _inspect(interpreter, chosen.patches).assessment
+        return _nothing(assessment, chosen, "nothing to revert: fi-patch never patched here")
+    with store.lock():
+        journal = Journal(store)
+        store.drop_unreferenced(journal.records)
+        for record in journal.records.values():
+            clear_temporaries(_record_path(interpreter, record))
+        inspection = _inspect(interpreter, everything.patches)
+        files = [
+            _revert_file(interpreter, inspection, journal, record, chosen, options)
+            for record in sorted(journal.records.values(), key=lambda r: r.relpath)
+        ]
+    return _revert_outcome(inspection.assessment, chosen, files)
+
+
+@dataclass(frozen=True)
+class _Reverted:
+    file: FileOutcome
+    removed: tuple[str, ...] = ()
+    after: Mapping[str, ProofReport] = field(default_factory=dict)
+    failure: FiPatchError | None = None
+
+
+def _revert_file(
+    interpreter: Interpreter,
+    inspection: _Inspection,
+    journal: Journal,
+    record: FileRecord,
+    chosen: PatchSet,
+    options: Options,
+) -> _Reverted:
+    path = _record_path(interpreter, record)
+    installed = inspection.assessment.installed
+    state = inspection.assessment.files.get(record.relpath)
+    if installed is None or installed.version != record.version or state is None:
+        now = f"{installed.version}" if installed else "nothing (it was uninstalled)"
+        journal.put(record.relpath, None)
+        journal.store.drop_unreferenced(journal.records)
+        message = (
+            f"{record.dist} {record.version} was replaced by {now} since fi-patch patched it; "
+            "nothing to restore, the record is cleared"
+        )
+        return _Reverted(
+            FileOutcome(record.relpath, path, "cleared-record", (), message), record.ids
+        )
+    settled = state.record
+    if settled is None or state.condition == "original":
+        journal.put(record.relpath, None)
+        journal.store.drop_unreferenced(journal.records)
+        why = {
+            "apply": "an interrupted fi-patch apply left them",
+            "revert": "an interrupted fi-patch revert put them back",
+        }.get(state.interrupted or "", "a reinstall put them back")
+        message = f"already the original bytes ({why}); the record is cleared"
+        return _Reverted(
+            FileOutcome(record.relpath, path, "cleared-record", (), message), record.ids
+        )
+    removing = [i for i in settled.ids if not chosen.explicit or i in chosen.ids]
+    if not removing:
+        return _Reverted(FileOutcome(record.relpath, path, "kept", settled.ids))
+    current = inspection.sources.get(record.relpath)
+    _refuse_revert(state, settled, current, options)
+    remaining = tuple(p for p in load_patches() if p.id in settled.ids and p.id not in removing)
+    _refuse_dependents(remaining, removing, installed.version)
+    original = _from_backup(journal.store, settled, installed)
+    after = (
+        _compose(original, remaining, installed.version, _forced(settled))[0]
+        if remaining
+        else original
+    )
+    kept = tuple(p for p in settled.patches if p.id not in removing)
+    change = Change(
+        path,
+        record.relpath,
+        current or b"",
+        after,
+        replace(
+            settled,
+            pending=Pending("revert", kept, sha256_bytes(after), sha256_bytes(current or b"")),
+        ),
+        replace(settled, sha256=sha256_bytes(after), patches=kept, pending=None) if kept else None,
+    )
+    transaction = Transaction(journal, change)
+    transaction.write()
+    reports: dict[str, ProofReport] = {}
+    if remaining and options.verify:
+        options.progress("proving the patches that remain, in a fresh process of the target")
+        reports = _prove_after(
+            interpreter, [FilePlan(state, remaining, ())], {record.relpath: transaction}, options
+        )
+        if not all(r.passed for r in reports.values()):
+            transaction.undo()
+            red = [r for r in reports.values() if not r.passed]
+            failure = VerificationFailed(
+                f"after taking out {', '.join(removing)}, the proof of "
+                f"{', '.join(r.patch for r in red)} {red[0].summary}; rolled back: {path} is as "
+                "it was before this revert",
+                remedy="read the target's own error below; `fi-patch revert` without --patch "
+                "restores the original bytes",
+                details=tuple(
+                    line for r in red for line in (f"{r.patch}: {r.summary}", *r.details)
+                ),
+            )
+            outcome = FileOutcome(record.relpath, path, "rolled-back", settled.ids)
+            return _Reverted(outcome, (), reports, failure)
+    transaction.commit()
+    message = (
+        f"restored the original bytes of {path}"
+        if not remaining
+        else f"rebuilt {path} from its original with {', '.join(p.id for p in remaining)}"
+    )
+    holds = tuple(p.id for p in remaining)
+    return _Reverted(
+        FileOutcome(record.relpath, path, "reverted", holds, message), tuple(removing), reports
+    )
+
+
+def _forced(record: FileRecord) -> frozenset[str]:
+    return frozenset(p.id for p in record.patches if p.forced)
+
+
+def _refuse_revert(
+    state: FileState, settled: FileRecord, current: bytes | None, options: Options
+) -> None:
+    if current is None and not options.force:
+        raise LayoutProblem(
+            f"{state.path} is missing",
+            remedy="reinstall FlashInfer, or pass --force to restore fi-patch's backup there",
+        )
+    if state.condition != "patched" and not options.force:
+        raise Drifted(
+            f"{state.path} changed since fi-patch wrote it (sha256 "
+            f"{(state.sha256 or 'missing')[:12]}…, fi-patch wrote {settled.sha256[:12]}…)",
+            remedy="look at the file; `fi-patch revert --force` restores the original "
+            "bytes anyway, overwriting whatever is there now",
+        )
+
+
+def _refuse_dependents(remaining: Sequence[Patch], removing: Sequence[str], version: str) -> None:
+    registry = {p.id: p for p in load_patches()}
+    for patch in remaining:
+        needed = [
+            r
+            for r in patch.requires.patches
+            if r in removing and fit(registry[r], version).verdict is not Verdict.NOT_APPLICABLE
+        ]
+        if needed:
+            raise RequirementUnmet(
+                f"{patch.id} requires {', '.join(needed)}, which would be taken out",
+                remedy=f"revert {patch.id} too: add --patch {patch.id}",
+            )
+
+
+def _revert_outcome(
+    assessment: Assessment, chosen: PatchSet, reverted: Sequence[_Reverted]
+) -> Outcome:
+    outcomes = []
+    for state in assessment.patches:
+        if state.patch.id not in chosen.ids:
+            continue
+        done = next((r for r in reverted if state.patch.id in r.removed), None)
+        failed = next(
+            (r for r in reverted if r.failure is not None and state.patch.target == r.file.relpath),
+            None,
+        )
+        if done is not None:
+            outcomes.append(
+                PatchOutcome(
+                    state, done.file.action, done.file.message, after=done.after.get(state.patch.id)
+                )
+            )
+        elif failed is not None and state.patch.id in failed.file.holds:
+            outcomes.append(
+                PatchOutcome(state, "rolled-back", after=failed.after.get(state.patch.id))
+            )
+        else:
+            outcomes.append(
+                PatchOutcome(
+                    state,
+                    "nothing-to-revert",
+                    f"nothing to revert: {state.patch.id} is not applied here",
+                )
+            )
+    failure = next((r.failure for r in reverted if r.failure is not None), None)
+    files = tuple(r.file for r in reverted if r.file.action != "kept")
+    return Outcome(assessment, tuple(outcomes), files, failure=failure)
+
+
+def _nothing(assessment: Assessment, chosen: PatchSet, message: str) -> Outcome:
+    states = {s.patch.id: s for s in assessment.patches}
+    return Outcome(
+        assessment,
+        tuple(PatchOutcome(states[p.id], "nothing-to-revert", message) for p in chosen.patches),
+    )
+
+
+# --- reading the target -------------------------------------------------------------------------
+
+
+def _require_installed(assessment: Assessment, interpreter: Interpreter) -> None:
+    if assessment.installed is None:
+        distribution = assessment.patches[0].patch.distribution
+        raise NotInstalled(
+            f"{distribution} is not installed in {interpreter.prefix}",
+            remedy="check that --venv names the environment your server runs in",
+        )
+
+
+def _inspect(interpreter: Interpreter, patches: Sequence[Patch]) -> _Inspection:
+    store = Store(interpreter.prefix)
+    records = store.load()
+    distribution = patches[0].distribution
+    installed = find_installed(interpreter, distribution, {p.target for p in patches})
+    sources: dict[str, bytes | None] = {}
+    if installed is not None:
+        for patch in patches:
+            if fit(patch, installed.version).verdict is Verdict.NOT_APPLICABLE:
+                continue
+            if patch.target not in sources:
+                sources[patch.target] = _read(installed.files[patch.target].path)
+    return _Inspection(assess(patches, installed, sources, records), sources, store)
 
 
 def _read(path: Path) -> bytes | None:
+    if path.is_symlink():
+        raise LayoutProblem(
+            f"{path} is a symlink to {os.readlink(path)}; fi-patch does not write through links",
+            remedy="reinstall FlashInfer so that the file is a regular file",
+        )
     try:
         return path.read_bytes()
     except FileNotFoundError:
@@ -447,77 +848,13 @@ def _read(path: Path) -> bytes | None:
         raise LayoutProblem(f"cannot read {path}: {exc.strerror}") from exc
 
 
-def _refusal(assessment: Assessment) -> Drifted | Unsupported:
-    installed = assessment.installed
-    assert installed is not None
-    details = [
-        f"installed: {installed.name} {installed.version}",
-        f"file: {installed.file.path}",
-        f"known: {known_ranges(assessment.patch)}",
-    ]
-    if assessment.found is not None:
-        found = assessment.found
-        details.append(f"found at lines {found.start}-{found.end}:")
-        details.extend("    " + line for line in found.text.rstrip("\n").splitlines())
-    selection = assessment.selection
-    if selection is not None and selection.verdict is Verdict.UNKNOWN:
-        remedy = (
-            "`apply --force` patches an unknown version only where its function matches a "
-            "known shape exactly; otherwise install a release inside the known ranges"
-        )
-        return Unsupported(
-            f"refusing to patch: {assessment.reason}", remedy=remedy, details=tuple(details)
-        )
-    return Drifted(
-        f"refusing to patch: {assessment.reason}",
-        remedy="reinstall FlashInfer to get its original file back (pip install "
-        f"--force-reinstall --no-deps {installed.name}=={installed.version}), then apply again",
-        details=tuple(details),
-    )
-
-
-def _entry(
-    assessment: Assessment,
-    interpreter: Interpreter,
-    before: bytes,
-    after: bytes,
-    *,
-    backup: str,
-    forced: bool,
-) -> ManifestEntry:
-    installed = assessment.installed
-    assert installed is not None and assessment.shape is not None
-    site = os.path.relpath(installed.file.site_packages, interpreter.prefix)
-    return ManifestEntry(
-        patch_id=assessment.patch.id,
-        dist=installed.name,
-        version=installed.version,
-        shape=assessment.shape.name,
-        relpath=installed.file.relpath,
-        site_packages=PurePosixPath(Path(site)).as_posix(),
-        sha256_before=sha256_bytes(before),
-        sha256_after=sha256_bytes(after),
-        record_sha256=installed.file.record_sha256,
-        backup=backup,
-        fi_patch_version=__version__,
-        applied_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        forced=forced,
-    )
-
-
-def _entry_path(interpreter: Interpreter, entry: ManifestEntry) -> Path:
-    """The file a manifest entry names, refusing any path that leaves the environment."""
-    for part in (entry.site_packages, entry.relpath):
+def _record_path(interpreter: Interpreter, record: FileRecord) -> Path:
+    """The file a manifest record names, refusing any path that leaves the environment."""
+    for part in (record.site_packages, record.relpath):
         pure = PurePosixPath(part)
         if pure.is_absolute() or ".." in pure.parts:
             raise StoreProblem(f"the manifest names an unsafe path {part!r}; refusing to use it")
-    path = interpreter.prefix / entry.site_packages / entry.relpath
+    path = interpreter.prefix / record.site_packages / record.relpath
     if not any(path.parent.is_relative_to(site) for site in interpreter.site_packages):
         raise StoreProblem(f"the manifest names {path}, outside this environment's site-packages")
     return path
-
-
-def _forget(store: Store, entries: dict[str, ManifestEntry], entry: ManifestEntry) -> None:
-    del entries[entry.patch_id]
-    store.save(entries)
-    store.drop_backup(entry.backup, entries)

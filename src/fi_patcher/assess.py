@@ -1,150 +1,292 @@
 """Decide the state of one target from facts already read: pure, no I/O.
 
-Three states come from matching, never from guessing: pristine (a known original, equal to RECORD),
-patched (exactly the bytes fi-patch wrote, per its manifest) and wiped (fi-patch patched it, and
-the original is back). Everything else is drifted, and the reason says what was seen.
+Three steps. `settle` reads the journal: a write fi-patch was killed in the middle of either
+happened (the file holds the bytes it was writing) or did not (the bytes before it). `file_state`
+decides each target file from hashes: `patched` (exactly the bytes fi-patch last wrote),
+`original` (every patch's function is a known original and the file equals RECORD), or `drifted`.
+`patch_state` then gives each patch its state: pristine, patched, wiped (fi-patch patched it, and
+a reinstall put the original back), drifted, not applicable, not installed.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from fi_patcher.errors import LayoutProblem
-from fi_patcher.model import Assessment, Installed, ManifestEntry, Patch, Shape, State, Verdict
-from fi_patcher.recognise import Unrecognised, recognise
-from fi_patcher.registry import select
-from fi_patcher.store import sha256_bytes
+from fi_patcher.model import (
+    Assessment,
+    FileRecord,
+    FileState,
+    Fit,
+    Installed,
+    InstalledFile,
+    Patch,
+    PatchState,
+    Shape,
+    State,
+    Verdict,
+)
+from fi_patcher.recognise import Match, Unrecognised, parse, recognise_in, sha256_bytes
+from fi_patcher.registry import fit
 
 
 def assess(
-    patch: Patch,
+    patches: Sequence[Patch],
     installed: Installed | None,
-    source: bytes | None,
-    entry: ManifestEntry | None,
-    tool_version: str,
-    *,
-    rewrite: bool = True,
+    sources: Mapping[str, bytes | None],
+    records: Mapping[str, FileRecord],
 ) -> Assessment:
-    """The state of one target. With `rewrite`, a patchable target also gets its patched text
-    (the libcst engine's work, which `check` does not need)."""
+    """The state of every patch in `patches`, given the installed distribution, the bytes of its
+    target files (None: missing) and fi-patch's records of them."""
     if installed is None:
-        return Assessment(
-            State.NOT_INSTALLED, f"{patch.distribution} is not installed", patch, entry=entry
+        states = tuple(
+            PatchState(p, State.NOT_INSTALLED, f"{p.distribution} is not installed")
+            for p in patches
         )
-    selection = select(patch, installed.version)
-    facts = Assessment(
-        State.DRIFTED, "", patch, installed=installed, selection=selection, entry=entry
-    )
-    if selection.verdict is Verdict.NOT_APPLICABLE:
-        return replace(
-            facts,
-            state=State.NOT_APPLICABLE,
-            reason=f"not applicable: nothing to patch ({selection.reason})",
+        return Assessment(None, states, {})
+    fits = {p.id: fit(p, installed.version) for p in patches}
+    members: dict[str, list[tuple[Patch, Fit]]] = {}
+    for patch in patches:
+        if fits[patch.id].verdict is not Verdict.NOT_APPLICABLE:
+            members.setdefault(patch.target, []).append((patch, fits[patch.id]))
+    files = {
+        relpath: file_state(
+            installed.files[relpath], sources.get(relpath), records.get(relpath), group
         )
+        for relpath, group in members.items()
+    }
+    states = tuple(patch_state(p, fits[p.id], files.get(p.target)) for p in patches)
+    return Assessment(installed, states, files)
+
+
+# --- the journal --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settled:
+    record: FileRecord | None
+    interrupted: str | None = None
+    unproven: bool = False
+
+
+def settle(record: FileRecord | None, sha256: str | None) -> Settled:
+    """The record as it stands once an interrupted write is accounted for.
+
+    If the file holds the bytes the write was making, the write happened: its patches are the
+    file's, not yet proven. If it holds the bytes before, the write did not happen. A record
+    left with no patches is no record: the file is FlashInfer's original.
+    """
+    if record is None or record.pending is None:
+        return Settled(record)
+    pending = record.pending
+    if sha256 == pending.sha256:
+        done = replace(record, sha256=pending.sha256, patches=pending.patches, pending=None)
+        return Settled(done if done.patches else None, pending.action, bool(done.patches))
+    if sha256 == record.sha256:
+        undone = replace(record, pending=None)
+        return Settled(undone if undone.patches else None, pending.action)
+    return Settled(record, pending.action)
+
+
+# --- files --------------------------------------------------------------------------------------
+
+
+def file_state(
+    file: InstalledFile,
+    source: bytes | None,
+    record: FileRecord | None,
+    members: Sequence[tuple[Patch, Fit]],
+) -> FileState:
+    """What one target file is. `members` are the patches that target it, with how they fit the
+    installed version (in range, or unknown)."""
+    base = FileState(file.relpath, file.path, "drifted", "")
     if source is None:
-        raise LayoutProblem(
-            f"{installed.file.path} is missing, but {patch.distribution} {installed.version} "
-            "ships it",
-            remedy="reinstall it: pip install --force-reinstall --no-deps "
-            f"{patch.distribution}=={installed.version}",
-        )
-    if not installed.file.recorded:
-        raise LayoutProblem(
-            f"the RECORD of {installed.dist_info.name} does not list {installed.file.relpath}; "
-            "fi-patch writes only files the installer recorded",
-            remedy="reinstall it: pip install --force-reinstall --no-deps "
-            f"{patch.distribution}=={installed.version}",
-        )
+        return replace(base, condition="absent", reason=f"{file.path} is absent")
     sha = sha256_bytes(source)
-    interrupted = _interrupted(entry)
-    if entry is not None and sha == entry.sha256_after:
-        reason = f"patched by fi-patch {entry.fi_patch_version} at {entry.applied_at}"
-        if interrupted:
-            reason = (
-                f"the bytes fi-patch wrote, but its {interrupted} was interrupted before it "
-                f"finished; `fi-patch {interrupted}` finishes it"
-            )
-        return replace(
-            facts,
-            state=State.PATCHED,
-            reason=reason,
-            shape=next((s for s in patch.shapes if s.name == entry.shape), None),
-            sha256=sha,
-            interrupted=interrupted,
-        )
+    settled = settle(record, sha)
+    state = replace(
+        base,
+        sha256=sha,
+        record=settled.record,
+        interrupted=settled.interrupted,
+        unproven=settled.unproven,
+    )
+    if settled.record is not None and sha == settled.record.sha256:
+        return replace(state, condition="patched", reason=_patched_reason(settled))
+    if not file.recorded:
+        return replace(state, condition="unrecorded", reason=f"RECORD does not list {file.path}")
     try:
         text = source.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return replace(
-            facts, reason=f"{installed.file.path} is not UTF-8 ({exc.reason})", sha256=sha
+        return replace(state, reason=f"{file.path} is not UTF-8 ({exc.reason})")
+    return _original_or_drifted(state, text, file, members)
+
+
+def layout_problem(assessment: Assessment) -> LayoutProblem | None:
+    """A release in a known range ships each target file, listed in its RECORD: anything else
+    is a broken install, not a state, and `check` and `apply` stop on it."""
+    installed = assessment.installed
+    for state in assessment.patches:
+        file = state.file
+        if installed is None or file is None or state.fit is None:
+            continue
+        if state.fit.verdict is not Verdict.IN_RANGE:
+            continue
+        reinstall = (
+            "reinstall it: pip install --force-reinstall --no-deps "
+            f"{installed.name}=={installed.version}"
         )
-
-    unknown = selection.verdict is Verdict.UNKNOWN
-    shapes = patch.shapes if unknown else (selection.shape,) if selection.shape else ()
-    matched = recognise(text, patch, shapes, structural=unknown)
-    if isinstance(matched, Unrecognised):
-        # Rare: tell "someone else's edit" from "our patch without our record" with the engine.
-        from fi_patcher.codemod import AlreadyApplied, transform
-
-        result = transform(text, patch, shapes, tool_version, structural=unknown)
-        if isinstance(result, AlreadyApplied):
-            return replace(
-                facts,
-                state=State.DRIFTED,
-                reason=f"{patch.function} carries this patch, but fi-patch has no record of "
-                "writing these bytes here, so it cannot restore the original",
-                shape=result.shape,
-                sha256=sha,
-                found=result.found,
+        if file.condition == "absent":
+            return LayoutProblem(
+                f"{file.path} is missing, but {installed.name} {installed.version} ships it",
+                remedy=reinstall,
             )
-        return replace(facts, reason=matched.reason, sha256=sha, found=matched.found)
-    known = replace(facts, shape=matched.shape, sha256=sha, found=matched.found)
-    record = installed.file.record_sha256
-    if record is not None and sha != record:
+        if file.condition == "unrecorded":
+            return LayoutProblem(
+                f"the RECORD of {installed.dist_info.name} does not list {file.relpath}; "
+                "fi-patch writes only files the installer recorded",
+                remedy=reinstall,
+            )
+    return None
+
+
+def _original_or_drifted(
+    state: FileState,
+    text: str,
+    file: InstalledFile,
+    members: Sequence[tuple[Patch, Fit]],
+) -> FileState:
+    tree = parse(text)
+    if isinstance(tree, Unrecognised):
+        return replace(state, reason=tree.reason)
+    shapes: dict[str, Shape] = {}
+    unmatched: list[FileState] = []
+    for patch, how in members:
+        unknown = how.verdict is Verdict.UNKNOWN
+        candidates = patch.shapes if unknown else (how.shape,) if how.shape else ()
+        matched = recognise_in(tree, text, patch, candidates, structural=unknown)
+        if isinstance(matched, Match):
+            shapes[patch.id] = matched.shape
+            continue
+        refused = replace(
+            state, reason=_unrecognised_reason(text, patch, matched), found=matched.found
+        )
+        if not unknown:
+            return refused
+        unmatched.append(refused)
+    if not shapes:
+        return unmatched[0]
+    state = replace(state, shapes=shapes)
+    record_sha = file.record_sha256
+    if record_sha is not None and state.sha256 != record_sha:
+        functions = [p.function for p, _ in members if p.id in shapes]
+        verb = "is" if len(functions) == 1 else "are"
+        return replace(
+            state,
+            reason=f"{', '.join(functions)} {verb} the original, but the file differs from RECORD "
+            f"elsewhere (sha256 {(state.sha256 or '')[:12]}…, RECORD {record_sha[:12]}…)",
+        )
+    return replace(state, condition="original", reason="FlashInfer's original bytes")
+
+
+def _unrecognised_reason(text: str, patch: Patch, matched: Unrecognised) -> str:
+    if patch.marker_prefix in text:
+        return (
+            f"{patch.function} carries fi-patch's {patch.id} lines, but fi-patch has no record "
+            "of writing these bytes here, so it cannot restore the original"
+        )
+    return matched.reason
+
+
+def _patched_reason(settled: Settled) -> str:
+    assert settled.record is not None
+    if settled.unproven and settled.interrupted:
+        return (
+            f"the bytes fi-patch wrote, but its {settled.interrupted} was interrupted before it "
+            "finished; `fi-patch apply` finishes it"
+        )
+    if settled.interrupted:
+        return (
+            f"the bytes fi-patch wrote, but its {settled.interrupted} was interrupted before it "
+            f"finished; `fi-patch {settled.interrupted}` finishes it"
+        )
+    latest = max(settled.record.patches, key=lambda p: p.applied_at)
+    return f"patched by fi-patch {latest.fi_patch_version} at {latest.applied_at}"
+
+
+# --- patches ------------------------------------------------------------------------------------
+
+
+def patch_state(patch: Patch, how: Fit, file: FileState | None) -> PatchState:
+    """One patch's state, from how it fits the version and what its file is."""
+    if how.verdict is Verdict.NOT_APPLICABLE:
+        return PatchState(
+            patch, State.NOT_APPLICABLE, f"not applicable: nothing to patch ({how.reason})", how
+        )
+    assert file is not None
+    known = PatchState(patch, State.DRIFTED, file.reason, how, how.shape, file)
+    if file.condition == "patched" and patch.id in file.applied:
+        assert file.record is not None
+        written = next(p for p in file.record.patches if p.id == patch.id)
+        return replace(
+            known, state=State.PATCHED, reason=file.reason, shape=patch.shape_named(written.shape)
+        )
+    if how.verdict is Verdict.UNKNOWN and file.condition == "absent":
         return replace(
             known,
-            reason=f"{patch.function} is the original, but the file differs from RECORD elsewhere "
-            f"(sha256 {sha[:12]}…, RECORD {record[:12]}…)",
+            state=State.NOT_APPLICABLE,
+            reason=f"not applicable: nothing to patch ({how.reason}; {file.reason})",
         )
-    # Patchable from here on: with `rewrite`, carry the text apply would write.
-    if rewrite:
-        known = replace(known, patched_text=_patched_text(text, patch, matched.shape, tool_version))
-    if unknown:
+    if how.verdict is Verdict.UNKNOWN:
         return replace(
-            known,
-            reason=f"{selection.reason}; its {patch.function} matches shape {matched.shape.name} "
-            "structurally, so `apply --force` can patch it",
+            known, reason=_unknown_reason(patch, how, file), shape=file.shapes.get(patch.id)
         )
-    if entry is not None and interrupted:
+    if file.condition == "patched":
         return replace(
             known,
             state=State.PRISTINE,
-            reason=f"FlashInfer's original bytes: an interrupted fi-patch {interrupted} left "
-            "them in place; `fi-patch apply` patches, `fi-patch revert` clears the record",
-            interrupted=interrupted,
+            reason=f"FlashInfer's original {patch.function} (shape {_shape(how)}), in a file "
+            f"fi-patch patched with {', '.join(file.applied)}; needs apply",
         )
-    if entry is not None:
+    if file.condition == "drifted":
+        return known
+    return _original(known, patch, how, file)
+
+
+def _original(known: PatchState, patch: Patch, how: Fit, file: FileState) -> PatchState:
+    if file.interrupted:
+        return replace(
+            known,
+            state=State.PRISTINE,
+            reason=f"FlashInfer's original bytes: an interrupted fi-patch {file.interrupted} "
+            "left them in place; `fi-patch apply` patches, `fi-patch revert` clears the record",
+        )
+    if patch.id in file.applied:
+        assert file.record is not None
+        written = next(p for p in file.record.patches if p.id == patch.id)
         return replace(
             known,
             state=State.WIPED,
-            reason=f"fi-patch patched it at {entry.applied_at}; a reinstall put the original back",
+            reason=f"fi-patch patched it at {written.applied_at}; a reinstall put the original "
+            "back",
         )
     return replace(
         known,
         state=State.PRISTINE,
-        reason=f"FlashInfer's original {patch.function} (shape {matched.shape.name}); needs apply",
+        reason=f"FlashInfer's original {patch.function} (shape {_shape(how)}); needs apply",
     )
 
 
-def _interrupted(entry: ManifestEntry | None) -> str | None:
-    if entry is None or entry.status == "applied":
-        return None
-    return "revert" if entry.status == "reverting" else "apply"
+def _unknown_reason(patch: Patch, how: Fit, file: FileState) -> str:
+    shape = file.shapes.get(patch.id)
+    if shape is not None and file.condition == "original":
+        return (
+            f"{how.reason}; its {patch.function} matches shape {shape.name} structurally, so "
+            "`apply --force` can patch it"
+        )
+    return f"{how.reason}; {file.reason}"
 
 
-def _patched_text(text: str, patch: Patch, shape: Shape, tool_version: str) -> str | None:
-    # Imported here: libcst is the slowest import of all, and only writing needs it.
-    from fi_patcher.codemod import Transformed, transform
-
-    result = transform(text, patch, (shape,), tool_version, structural=True)
-    return result.text if isinstance(result, Transformed) else None
+def _shape(how: Fit) -> str:
+    return how.shape.name if how.shape else "?"

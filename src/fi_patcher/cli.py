@@ -1,42 +1,35 @@
-"""The command line: parse, call `api`, render, and map errors to exit codes. Nothing else.
-
-The only module that imports typer or rich.
+"""The command line: parse, call `api`, hand the results to `render` or `documents`, and map
+errors to exit codes in one place (`_run`). The only module that imports typer.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.progress import Progress as RichProgress
-from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
-from fi_patcher import __version__, api
+from fi_patcher import __version__, api, documents, render
 from fi_patcher.environment import PROBE_TIMEOUT
-from fi_patcher.errors import ExitCode, FiPatchError, exit_code_for
-from fi_patcher.model import Assessment, Patch
-from fi_patcher.registry import load_patches
-from fi_patcher.verify import VERIFY_TIMEOUT, TraceReport
-
-JSON_SCHEMA_VERSION = 1
+from fi_patcher.errors import ExitCode, FiPatchError
+from fi_patcher.model import PatchSet
+from fi_patcher.proofs import VERIFY_TIMEOUT
+from fi_patcher.registry import choose, load_patches
 
 app = typer.Typer(
     name="fi-patch",
     help=(
-        "Patch FlashInfer's get_cuda_version in a chosen environment so that "
-        "torch.compile(fullgraph=True) can trace it: torch.version.cuda first, nvcc only as "
-        "the fallback. Every command works on the environment you name, never on the "
-        "interpreter running fi-patch."
+        "Patch FlashInfer in a chosen environment so that FP4 quantization runs inside "
+        "torch.compile(fullgraph=True): get_cuda_version reads torch.version.cuda before nvcc, "
+        "the fp4_quantize op forwards its arguments by keyword, and fp4_quantize calls that op "
+        "while compiling. Each patch is proven in the environment itself. Every command works "
+        "on the environment you name, never on the interpreter running fi-patch."
     ),
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
@@ -58,34 +51,46 @@ Python = Annotated[
         "--python", help="A target interpreter, instead of or beside --venv.", show_default=False
     ),
 ]
+PatchIds = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--patch",
+        help="Work on this patch only (repeatable; `fi-patch list` names them). Default: every "
+        "patch that applies to the installed FlashInfer.",
+        show_default=False,
+    ),
+]
 Timeout = Annotated[
     float,
-    typer.Option("--timeout", help="Seconds to wait for the target interpreter.", min=1.0),
+    typer.Option(
+        "--timeout", help="Seconds to wait for the target interpreter's probe and checks.", min=1.0
+    ),
 ]
 VerifyTimeout = Annotated[
     float,
     typer.Option(
         "--verify-timeout",
-        help="Seconds for each verification process (it imports torch and FlashInfer).",
+        help="Seconds for the process that runs the proofs (it imports torch and FlashInfer).",
         min=1.0,
     ),
 ]
+NoVerify = Annotated[
+    bool,
+    typer.Option(
+        "--no-verify",
+        help="Skip the proofs in the target (not the pre-flight). Nothing then proves the "
+        "patches work.",
+    ),
+]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document (docs/json.md).")]
+
+_verbosity = render.Verbosity()
 
 
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"fi-patch {__version__}")
         raise typer.Exit()
-
-
-@dataclass
-class _Verbosity:
-    quiet: bool = False
-    verbose: bool = False
-
-
-_verbosity = _Verbosity()
 
 
 @app.callback()
@@ -96,7 +101,7 @@ def _root(
     ] = False,
     quiet: Annotated[
         bool,
-        typer.Option("-q", "--quiet", help="Print only the outcome of each target, and errors."),
+        typer.Option("-q", "--quiet", help="Print only the outcome of each patch, and errors."),
     ] = False,
     verbose: Annotated[
         bool,
@@ -105,7 +110,7 @@ def _root(
         ),
     ] = False,
 ) -> None:
-    """fi-patch: apply, check and revert FlashInfer's torch-first get_cuda_version."""
+    """fi-patch: apply, check and revert FlashInfer patches for FP4 under torch.compile."""
     if quiet and verbose:
         raise typer.BadParameter("-q and -v contradict each other")
     _verbosity.quiet, _verbosity.verbose = quiet, verbose
@@ -115,6 +120,7 @@ def _root(
 def apply_command(
     venv: Venv = None,
     python: Python = None,
+    patch: PatchIds = None,
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Run the pre-flight, show the diff, change nothing."),
@@ -123,173 +129,122 @@ def apply_command(
         bool,
         typer.Option(
             "--force",
-            help="Patch a FlashInfer version outside every known range, but only where its "
+            help="Patch a FlashInfer version outside every known range, but only where a "
             "function matches a known shape exactly. Drifted files are never forced.",
         ),
     ] = False,
-    no_verify: Annotated[
-        bool,
-        typer.Option(
-            "--no-verify",
-            help="Skip the Dynamo trace in the target before and after writing (not the "
-            "pre-flight). Nothing then proves the patch works.",
-        ),
-    ] = False,
+    no_verify: NoVerify = False,
     allow_mismatch: Annotated[
         bool,
         typer.Option(
             "--allow-mismatch",
-            help="Patch although torch.version.cuda and the nvcc FlashInfer would run differ "
-            "in major.minor; recorded in the manifest.",
+            help="Patch get_cuda_version although torch.version.cuda and the nvcc FlashInfer "
+            "would run differ in major.minor; recorded in the manifest.",
         ),
     ] = False,
     timeout: Timeout = PROBE_TIMEOUT,
     verify_timeout: VerifyTimeout = VERIFY_TIMEOUT,
     as_json: Json = False,
 ) -> None:
-    """Patch get_cuda_version in the target, keeping a byte-exact backup, and prove it there.
+    """Apply the patches to the target, keeping byte-exact backups, and prove them there.
 
-    Before writing: a pre-flight in the target compares torch.version.cuda with the nvcc that
-    FlashInfer would run, and traces the unpatched function. After writing: a fresh process of
-    the target imports the patched module and traces it with torch.compile(fullgraph=True); if
-    that fails, the original bytes are restored (exit 13). Idempotent.
+    Before writing: a pre-flight in the target (torch's version; for get_cuda_version, torch's
+    CUDA against the nvcc FlashInfer would run), and each patch's proof run on the unpatched
+    code. Each file is then written once, with every patch it holds. After writing: one fresh
+    process of the target runs every proof; a file whose proof fails is put back as it was
+    (exit 13). Idempotent.
     """
-
-    def work(target: api.Target, progress: Progress) -> _Outcome:
-        options = api.ApplyOptions(
-            dry_run=dry_run,
-            force=force,
-            verify=not no_verify,
-            allow_mismatch=allow_mismatch,
-            timeout=timeout,
-            verify_timeout=verify_timeout,
-            progress=progress,
-        )
-        results = [api.apply(target, patch, options) for patch in load_patches()]
-
-        def render(out: Console) -> None:
-            for result in results:
-                _render_apply(out, target, result)
-
-        return _Outcome(
-            [_apply_json(target, r) for r in results],
-            render,
-            ExitCode.OK,
-            ", ".join(r.action for r in results),
-        )
-
-    _run_targets("apply", as_json, venv, python, timeout, work)
+    chosen = _choose(patch, as_json)
+    options = api.Options(
+        dry_run=dry_run,
+        force=force,
+        verify=not no_verify,
+        allow_mismatch=allow_mismatch,
+        timeout=timeout,
+        verify_timeout=verify_timeout,
+    )
+    _run_targets("apply", as_json, venv, python, timeout, _acting(api.apply, chosen, options))
 
 
 @app.command("revert")
 def revert_command(
     venv: Venv = None,
     python: Python = None,
+    patch: PatchIds = None,
     force: Annotated[
         bool,
         typer.Option(
             "--force", help="Restore the backup even if the file changed since fi-patch wrote it."
         ),
     ] = False,
+    no_verify: NoVerify = False,
     timeout: Timeout = PROBE_TIMEOUT,
+    verify_timeout: VerifyTimeout = VERIFY_TIMEOUT,
     as_json: Json = False,
 ) -> None:
-    """Restore the original bytes from fi-patch's backup and clear its record."""
-
-    def work(target: api.Target, progress: Progress) -> _Outcome:
-        results = [(patch, api.revert(target, patch, force=force)) for patch in load_patches()]
-        documents = [
-            {
-                "environment": str(target.interpreter.prefix),
-                "patch": patch.id,
-                "action": result.action,
-                "message": result.message,
-                "file": str(result.file) if result.file else None,
-            }
-            for patch, result in results
-        ]
-
-        def render(out: Console) -> None:
-            for _, result in results:
-                style = "green" if result.action == "reverted" else "cyan"
-                out.print(Text(result.message, style=style))
-
-        return _Outcome(documents, render, ExitCode.OK, ", ".join(r.action for _, r in results))
-
-    _run_targets("revert", as_json, venv, python, timeout, work)
+    """Take patches out. Without --patch: restore the original bytes of every file fi-patch
+    changed, from its backups, and clear its records. With --patch: rebuild each file from its
+    original with the patches that remain, and prove those."""
+    chosen = _choose(patch, as_json)
+    options = api.Options(
+        force=force, verify=not no_verify, timeout=timeout, verify_timeout=verify_timeout
+    )
+    _run_targets("revert", as_json, venv, python, timeout, _acting(api.revert, chosen, options))
 
 
 @app.command("check")
 def check_command(
     venv: Venv = None,
     python: Python = None,
+    patch: PatchIds = None,
     verify: Annotated[
         bool,
         typer.Option(
             "--verify",
-            help="Also run the Dynamo trace in a fresh process of the target (seconds: it "
-            "imports torch and FlashInfer). A patched target that fails it exits 13.",
+            help="Also run the proofs in a fresh process of the target (seconds: it imports "
+            "torch and FlashInfer). A patched target whose proof fails exits 13.",
         ),
     ] = False,
     timeout: Timeout = PROBE_TIMEOUT,
     verify_timeout: VerifyTimeout = VERIFY_TIMEOUT,
     as_json: Json = False,
 ) -> None:
-    """Say whether the target is pristine, patched, wiped by a reinstall, or drifted.
+    """Say, for each patch, whether the target is pristine, patched, wiped by a reinstall, or
+    drifted.
 
-    Exit 0 only when every target is patched or not-applicable; 3 when apply is needed; see
-    docs/exit-codes.md for the rest.
+    Exit 0 only when every chosen patch is patched or not applicable in every target; 3 when
+    apply is needed; docs/exit-codes.md has the rest.
     """
+    chosen = _choose(patch, as_json)
 
-    def work(target: api.Target, progress: Progress) -> _Outcome:
-        assessments = [api.check(target, patch) for patch in load_patches()]
-        reports: list[TraceReport | None] = [None] * len(assessments)
+    def work(target: api.Target, progress: Callable[[str], None]) -> _Outcome:
+        assessment = api.check(target, chosen)
+        reports = {}
         if verify:
-            options = api.ApplyOptions(
-                timeout=timeout, verify_timeout=verify_timeout, progress=progress
-            )
-            reports = [api.verify(target, a, options) for a in assessments]
-        codes = [_check_code(a, r) for a, r in zip(assessments, reports, strict=True)]
-        documents = [
-            {**_target_json(target, a), "exit_code": int(code)}
-            | ({"verification": _trace_json(r)} if r else {})
-            for a, r, code in zip(assessments, reports, codes, strict=True)
-        ]
+            options = api.Options(timeout=timeout, verify_timeout=verify_timeout, progress=progress)
+            reports = api.verify(target, assessment, options)
+        document = documents.check_result(target, assessment, reports)
         return _Outcome(
-            documents,
-            lambda out: _render_check(out, target, assessments, reports),
-            max(codes, default=ExitCode.OK),
-            ", ".join(a.state.value for a in assessments),
+            document,
+            lambda out: render.check(out, target, assessment, reports, _verbosity),
+            document["exit_code"],
+            ", ".join(f"{s.patch.id} {s.state.value}" for s in assessment.patches),
         )
 
     _run_targets("check", as_json, venv, python, timeout, work)
 
 
-def _check_code(assessment: Assessment, report: TraceReport | None) -> ExitCode:
-    if report is not None and report.mode == "after" and not report.passed:
-        return ExitCode.VERIFY_FAILED
-    return exit_code_for(assessment.state, assessment.interrupted is not None)
-
-
 @app.command("list")
 def list_command(as_json: Json = False) -> None:
-    """Show the patches fi-patch knows, with their version ranges."""
+    """Show the patches: file, function, versions, requirements, and what proves each."""
 
     def run(out: Console) -> int:
         patches = load_patches()
         if as_json:
-            out.print_json(data=_envelope("list", [_patch_json(p) for p in patches], ExitCode.OK))
-            return ExitCode.OK
-        for patch in patches:
-            table = Table(title=f"{patch.id}: {patch.summary}", title_justify="left")
-            table.add_column("shape")
-            table.add_column("versions")
-            table.add_column("what the released function does")
-            for shape in patch.shapes:
-                table.add_row(shape.name, str(shape.versions), shape.note)
-            table.add_row("-", str(patch.not_applicable), patch.not_applicable_reason)
-            out.print(table)
-            out.print(f"target: {patch.target} :: {patch.function}()")
+            results = [documents.patch_json(p) for p in patches]
+            out.print_json(data=documents.envelope("list", results, ExitCode.OK))
+        else:
+            render.catalog(out, patches)
         return ExitCode.OK
 
     _run(as_json, run)
@@ -308,12 +263,32 @@ Spec = tuple[Path | None, Path | None]
 
 @dataclass(frozen=True)
 class _Outcome:
-    """What one target's command produced: its JSON results, how to show it, its exit code."""
+    """What one target's command produced: its JSON result, how to show it, its exit code."""
 
-    documents: list[dict[str, Any]]
+    document: dict[str, Any]
     render: Callable[[Console], object]
     code: int
     summary: str
+
+
+def _acting(
+    command: Callable[[api.Target, PatchSet, api.Options], api.Outcome],
+    chosen: PatchSet,
+    options: api.Options,
+) -> Callable[[api.Target, Progress], _Outcome]:
+    """apply or revert on one target, as an outcome to show."""
+
+    def work(target: api.Target, progress: Progress) -> _Outcome:
+        result = command(target, chosen, replace(options, progress=progress))
+        document = documents.outcome_result(target, result)
+        return _Outcome(
+            document,
+            lambda out: render.outcome(out, target, result, _verbosity),
+            document["exit_code"],
+            ", ".join(f"{p.state.patch.id} {p.action}" for p in result.patches),
+        )
+
+    return work
 
 
 def _run_targets(
@@ -334,10 +309,10 @@ def _run_targets(
     if len(specs) == 1:
 
         def single(out: Console) -> int:
-            with _progress(as_json) as progress:
+            with render.progress(as_json, _verbosity) as progress:
                 outcome = one(specs[0], progress)
             if as_json:
-                out.print_json(data=_envelope(command, outcome.documents, outcome.code))
+                out.print_json(data=documents.envelope(command, [outcome.document], outcome.code))
             else:
                 outcome.render(out)
             return outcome.code
@@ -345,18 +320,25 @@ def _run_targets(
         _run(as_json, single)
 
     def several(out: Console) -> int:
-        with _progress(as_json) as progress, ThreadPoolExecutor(_workers(len(specs))) as pool:
+        with (
+            render.progress(as_json, _verbosity) as progress,
+            ThreadPoolExecutor(_workers(len(specs))) as pool,
+        ):
             futures = [pool.submit(_guarded, one, spec, progress) for spec in specs]
             outcomes = [future.result() for future in futures]
         code = max(outcome.code for outcome in outcomes)
         if as_json:
-            documents = [d for outcome in outcomes for d in outcome.documents]
-            out.print_json(data=_envelope(command, documents, code))
+            results = [outcome.document for outcome in outcomes]
+            out.print_json(data=documents.envelope(command, results, code))
             return code
         for spec, outcome in zip(specs, outcomes, strict=True):
             out.print(Text(f"== {_spec_text(spec)}", style="bold"))
             outcome.render(out)
-        _render_summary(out, specs, outcomes)
+        rows = [
+            (_spec_text(spec), outcome.summary, outcome.code)
+            for spec, outcome in zip(specs, outcomes, strict=True)
+        ]
+        render.summary(out, rows)
         return code
 
     _run(as_json, several)
@@ -372,16 +354,9 @@ def _guarded(
         return one(spec, progress)
     except FiPatchError as error:
         failure = error
-    error_document = _error_json(failure)
     return _Outcome(
-        [
-            {
-                "target": _spec_text(spec),
-                "error": error_document["error"],
-                "exit_code": error_document["exit_code"],
-            }
-        ],
-        lambda out: _render_error(out, failure),
+        documents.target_error(_spec_text(spec), failure),
+        lambda out: render.error(render.console(stderr=True), failure),
         int(failure.exit_code),
         f"error: {failure.message}",
     )
@@ -397,248 +372,25 @@ def _spec_text(spec: Spec) -> str:
     return f"--venv {venv}" if venv is not None else f"--python {python}"
 
 
-def _render_summary(out: Console, specs: list[Spec], outcomes: list[_Outcome]) -> None:
-    table = Table(title="summary", title_justify="left", box=None, pad_edge=False)
-    for column in ("target", "result", "exit"):
-        table.add_column(column, overflow="fold")
-    for spec, outcome in zip(specs, outcomes, strict=True):
-        style = "green" if outcome.code == 0 else "bold red"
-        table.add_row(_spec_text(spec), outcome.summary, Text(str(outcome.code), style=style))
-    out.print(table)
-
-
-# --- rendering ----------------------------------------------------------------------------------
+def _choose(ids: list[str] | None, as_json: bool) -> PatchSet:
+    try:
+        return choose(ids)
+    except FiPatchError as error:
+        _fail(as_json, error)
 
 
 def _run(as_json: bool, body: Callable[[Console], int]) -> NoReturn:
-    """Run a command body; the one place where fi-patch's errors become exit codes."""
-    out = Console(highlight=False, soft_wrap=True)
+    """Run a command body; with `_fail`, the one place where errors become exit codes."""
     try:
-        code = body(out)
+        code = body(render.console())
     except FiPatchError as error:
-        if as_json:
-            out.print_json(data=_error_json(error))
-        else:
-            _render_error(Console(stderr=True, highlight=False, soft_wrap=True), error)
-        raise typer.Exit(int(error.exit_code)) from None
+        _fail(as_json, error)
     raise typer.Exit(code)
 
 
-def _envelope(command: str, documents: list[dict[str, Any]], code: int) -> dict[str, Any]:
-    return {
-        "schema": JSON_SCHEMA_VERSION,
-        "command": command,
-        "fi_patch_version": __version__,
-        "results": documents,
-        "exit_code": int(code),
-    }
-
-
-def _error_json(error: FiPatchError) -> dict[str, Any]:
-    return {
-        "schema": JSON_SCHEMA_VERSION,
-        "fi_patch_version": __version__,
-        "error": {
-            "kind": type(error).__name__,
-            "message": error.message,
-            "remedy": error.remedy,
-            "details": list(error.details),
-        },
-        "exit_code": int(error.exit_code),
-    }
-
-
-def _render_error(err: Console, error: FiPatchError) -> None:
-    err.print(Text("error: ", style="bold red") + Text(error.message))
-    for line in error.details:
-        err.print(Text("  " + line, style="dim"))
-    if error.remedy:
-        err.print(Text("fix: ", style="bold yellow") + Text(error.remedy))
-
-
-def _target_json(target: api.Target, a: Assessment) -> dict[str, Any]:
-    installed = a.installed
-    return {
-        "environment": str(target.interpreter.prefix),
-        "python": str(target.interpreter.python),
-        "patch": a.patch.id,
-        "distribution": a.patch.distribution,
-        "version": installed.version if installed else None,
-        "shape": a.shape.name if a.shape else None,
-        "file": str(installed.file.path) if installed else None,
-        "state": a.state.value,
-        "reason": a.reason,
-        "sha256": a.sha256,
-    }
-
-
-def _patch_json(patch: Patch) -> dict[str, Any]:
-    return {
-        "id": patch.id,
-        "summary": patch.summary,
-        "distribution": patch.distribution,
-        "target": patch.target,
-        "function": patch.function,
-        "shapes": [
-            {"name": s.name, "versions": str(s.versions), "note": s.note} for s in patch.shapes
-        ],
-        "not_applicable": {
-            "versions": str(patch.not_applicable),
-            "reason": patch.not_applicable_reason,
-        },
-    }
-
-
-def _describe_target(out: Console, target: api.Target, a: Assessment) -> None:
-    interpreter = target.interpreter
-    out.print(
-        f"environment {interpreter.prefix} (python {interpreter.python_version}, "
-        f"chosen by {target.chosen_by})"
-    )
-    if a.installed is not None:
-        shape = f", shape {a.shape.name}" if a.shape else ""
-        out.print(f"{a.installed.name} {a.installed.version}{shape}: {a.installed.file.path}")
-
-
-def _render_apply(out: Console, target: api.Target, result: api.ApplyResult) -> None:
-    a = result.assessment
-    if not _verbosity.quiet:
-        _describe_target(out, target, a)
-        if result.preflight is not None:
-            out.print(f"pre-flight: {result.preflight.describe()}")
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
-    for warning in result.warnings:
-        err.print(Text("warning: " + warning, style="bold yellow"))
-    if not _verbosity.quiet:
-        if result.diff:
-            _render_diff(out, result.diff)
-        if result.before is not None:
-            out.print(f"before: {result.before.summary}")
-        if result.after is not None:
-            out.print(Text(f"after: {result.after.summary}", style="green"))
-    messages = {
-        "applied": ("green", f"applied {a.patch.id}; original bytes kept in {result.backup}"),
-        "would-apply": ("yellow", "dry run: this diff would be applied; nothing was changed"),
-        "already-applied": ("green", f"already applied: {a.reason}"),
-        "not-applicable": ("cyan", a.reason),
-        "finished": (
-            "green",
-            f"finished the interrupted {a.interrupted}: fi-patch's bytes are in place and "
-            "recorded as applied",
-        ),
-    }
-    style, message = messages[result.action]
-    out.print(Text(message, style=style))
-
-
-@contextlib.contextmanager
-def _progress(as_json: bool) -> Iterator[Callable[[str], None]]:
-    """Where a person is watching, a spinner with the elapsed seconds while the target works
-    (importing torch takes seconds); with -v, each step as a line on stderr instead."""
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
-    started = time.monotonic()
-    if _verbosity.verbose:
-        yield lambda message: err.print(f"[{time.monotonic() - started:5.1f}s] {message}")
-        return
-    if as_json or _verbosity.quiet or not err.is_terminal:
-        yield lambda message: None
-        return
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-    with RichProgress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task("starting")
-        yield lambda message: bar.update(task, description=message)
-
-
-def _apply_json(target: api.Target, result: api.ApplyResult) -> dict[str, Any]:
-    document: dict[str, Any] = {**_target_json(target, result.assessment)}
-    document["action"] = result.action
-    if result.diff:
-        document["diff"] = result.diff
-    if result.backup:
-        document["backup"] = str(result.backup)
-    if result.preflight is not None:
-        document["preflight"] = {
-            k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(result.preflight).items()
-        } | {"mismatch": result.preflight.mismatch}
-    document["warnings"] = list(result.warnings)
-    verification = {
-        mode: _trace_json(report)
-        for mode, report in (("before", result.before), ("after", result.after))
-        if report is not None
-    }
-    if verification:
-        document["verification"] = verification
-    return document
-
-
-def _trace_json(report: TraceReport) -> dict[str, Any]:
-    return {
-        "mode": report.mode,
-        "passed": report.passed,
-        "summary": report.summary,
-        "details": list(report.details),
-    }
-
-
-def _render_diff(out: Console, diff: str) -> None:
-    for line in diff.splitlines():
-        style = (
-            "bold"
-            if line.startswith(("+++", "---"))
-            else "green"
-            if line.startswith("+")
-            else "red"
-            if line.startswith("-")
-            else "cyan"
-            if line.startswith("@@")
-            else ""
-        )
-        out.print(Text(line, style=style))
-
-
-_STATE_STYLE = {
-    "patched": "green",
-    "not-applicable": "cyan",
-    "pristine": "yellow",
-    "wiped": "yellow",
-    "not-installed": "red",
-    "drifted": "bold red",
-}
-
-
-def _render_check(
-    out: Console,
-    target: api.Target,
-    assessments: list[Assessment],
-    reports: list[TraceReport | None],
-) -> None:
-    interpreter = target.interpreter
-    if _verbosity.quiet:
-        for a, report in zip(assessments, reports, strict=True):
-            verdict = f"; verification {'passes' if report.passed else 'fails'}" if report else ""
-            out.print(f"{interpreter.prefix}: {a.state.value}{verdict}")
-        return
-    out.print(
-        f"environment {interpreter.prefix} (python {interpreter.python_version}, "
-        f"chosen by {target.chosen_by})"
-    )
-    table = Table(box=None, pad_edge=False)
-    for column in ("patch", "flashinfer", "shape", "state"):
-        table.add_column(column)
-    for a in assessments:
-        table.add_row(
-            a.patch.id,
-            a.installed.version if a.installed else "-",
-            a.shape.name if a.shape else "-",
-            Text(a.state.value, style=_STATE_STYLE[a.state.value]),
-        )
-    out.print(table)
-    for a, report in zip(assessments, reports, strict=True):
-        out.print(Text(f"{a.patch.id}: {a.reason}", style="dim"))
-        if report is not None:
-            style = "green" if report.passed else "bold red"
-            out.print(
-                Text(f"verification ({report.mode} the patch): {report.summary}", style=style)
-            )
-            for line in report.details:
-                out.print(Text("  " + line, style="dim"))
+def _fail(as_json: bool, error: FiPatchError) -> NoReturn:
+    if as_json:
+        render.console().print_json(data=documents.error_document(error))
+    else:
+        render.error(render.console(stderr=True), error)
+    raise typer.Exit(int(error.exit_code))

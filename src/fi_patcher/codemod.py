@@ -1,142 +1,168 @@
 """The pure codemod engine: source text in, a result value out. The only module importing libcst.
 
-Recognition (`recognise`) uses hashes of the released function text (exact) or of its
-`ast.unparse` form (structural); the rewrite uses libcst so that every byte outside the inserted
-lines, line endings included, stays as it was.
+A file's patched text is its original with each patch applied in registry order (`compose`). Each
+patch is recognised first (`recognise`: the hash of the released function text, or of its
+`ast.unparse` form), then only that function's lines go through libcst and are spliced back, so
+every byte outside them, line endings included, stays as it was, and a 2,800-line module costs
+no more than its one function.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import libcst as cst
+import libcst.matchers as m
 
-from fi_patcher.model import FunctionSpan, Patch, Shape
-from fi_patcher.recognise import Unrecognised, locate, recognise
+from fi_patcher.model import InsertFirst, KeywordArguments, Patch, Shape
+from fi_patcher.recognise import Match, Unrecognised, recognise
 
-__all__ = ["AlreadyApplied", "Result", "Transformed", "Unrecognised", "transform"]
+__all__ = ["Composed", "Unrecognised", "compose"]
 
 
 @dataclass(frozen=True)
-class Transformed:
-    """The function is a known original: `text` is the patched source."""
+class Composed:
+    """The original with every patch applied: `text`, and the shape each patch matched."""
 
     text: str
-    shape: Shape
-    found: FunctionSpan
+    shapes: Mapping[str, Shape]
 
 
-@dataclass(frozen=True)
-class AlreadyApplied:
-    """The function carries exactly this patch over a known original, which `original` restores."""
-
-    original: str
-    shape: Shape
-    found: FunctionSpan
-
-
-Result = Transformed | AlreadyApplied | Unrecognised
 _Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
+_Rewrite = Callable[[cst.FunctionDef, Patch, Shape, str], cst.FunctionDef | str]
 
 
-def transform(
-    text: str,
-    patch: Patch,
-    shapes: Sequence[Shape],
+def compose(
+    original: str,
+    steps: Sequence[tuple[Patch, Sequence[Shape]]],
     tool_version: str,
     *,
     structural: bool = False,
-) -> Result:
-    """Patch `text` if its function is one of `shapes`, or say it already is, or say why not.
+) -> Composed | Unrecognised:
+    """Apply each (patch, candidate shapes) in order to `original`, or say why one cannot be.
 
-    With `structural`, a function whose `ast.unparse` form matches a shape counts as that shape even
-    if its formatting differs; otherwise only the exact released text does.
+    With `structural`, a function whose `ast.unparse` form matches a shape counts as that shape
+    even if its formatting differs; otherwise only the exact released text does.
     """
-    try:
-        module = cst.parse_module(text)
-        tree = ast.parse(text)
-    except (cst.ParserSyntaxError, SyntaxError, ValueError) as exc:
-        return Unrecognised(f"not valid Python: {str(exc).strip().splitlines()[0]}")
-    located = locate(tree, text, patch.function)
-    if isinstance(located, Unrecognised):
-        return located
-    _, found = located
-    definition = _only_definition(module, patch.function)
-    own = _own_statements(patch, tool_version)
-
-    if _starts_with_patch(definition, patch, own):
-        original = _remove_patch(module, definition, len(own))
-        matched = recognise(original, patch, shapes, structural=structural)
+    text = original
+    shapes: dict[str, Shape] = {}
+    for patch, candidates in steps:
+        matched = recognise(text, patch, candidates, structural=structural)
         if isinstance(matched, Unrecognised):
-            return Unrecognised(
-                f"{patch.function} carries fi-patch's {patch.id} statements, but the rest of it "
-                "is not a known original",
-                found,
-            )
-        return AlreadyApplied(original, matched.shape, found)
-
-    matched = recognise(text, patch, shapes, structural=structural)
-    if isinstance(matched, Unrecognised):
-        return matched
-    return Transformed(_insert(module, definition, own), matched.shape, matched.found)
+            return Unrecognised(f"{patch.id}: {matched.reason}", matched.found)
+        rewritten = _rewrite(text, patch, matched, tool_version)
+        if isinstance(rewritten, Unrecognised):
+            return rewritten
+        text, shapes[patch.id] = rewritten, matched.shape
+    return Composed(text, shapes)
 
 
-# --- rewriting (libcst) -------------------------------------------------------------------------
+def _rewrite(text: str, patch: Patch, matched: Match, tool_version: str) -> str | Unrecognised:
+    """Rewrite the function's own lines with libcst and splice them back into `text`."""
+    lines = re.findall(r"[^\n]*\n|[^\n]+\Z", text)
+    start, end = matched.found.start - 1, matched.found.end
+    snippet = "".join(lines[start:end])
+    if not _same_function(snippet, matched.node):
+        return Unrecognised(f"{patch.id}: cannot cut {patch.function} out of its lines")
+    module = cst.parse_module(snippet)
+    (definition,) = module.body
+    assert isinstance(definition, cst.FunctionDef)
+    rewrite: _Rewrite = _REWRITES[type(patch.operation)]
+    changed = rewrite(definition, patch, matched.shape, tool_version)
+    if isinstance(changed, str):
+        return Unrecognised(f"{patch.id}: {changed}", matched.found)
+    spliced = module.with_changes(body=[changed]).code
+    return "".join(lines[:start]) + spliced + "".join(lines[end:])
 
 
-def _only_definition(module: cst.Module, function: str) -> cst.FunctionDef:
-    for statement in module.body:
-        if isinstance(statement, cst.FunctionDef) and statement.name.value == function:
-            return statement
-    raise AssertionError(f"ast found {function} but libcst did not")  # pragma: no cover
-
-
-def _own_statements(patch: Patch, tool_version: str) -> list[_Statement]:
-    statements = list(cst.parse_module(patch.insert).body)
-    marker = cst.EmptyLine(indent=True, comment=cst.Comment(patch.marker(tool_version)))
-    statements[0] = statements[0].with_changes(leading_lines=[marker])
-    return statements
-
-
-def _body(definition: cst.FunctionDef) -> Sequence[_Statement]:
-    body = definition.body
-    if not isinstance(body, cst.IndentedBlock):
-        return ()
-    return [s for s in body.body if isinstance(s, _Statement)]
-
-
-def _starts_with_patch(
-    definition: cst.FunctionDef, patch: Patch, own: Sequence[_Statement]
-) -> bool:
-    head = _body(definition)[: len(own)]
-    if len(head) < len(own):
+def _same_function(snippet: str, node: ast.FunctionDef) -> bool:
+    """The lines cut out hold exactly the function `ast` found (a lone CR, say, would shift
+    them)."""
+    try:
+        cut = ast.parse(snippet).body
+    except SyntaxError:
         return False
-    comments = [line.comment for line in head[0].leading_lines]
-    if len(comments) != 1 or comments[0] is None:
-        return False
-    if not comments[0].value.startswith(patch.marker_prefix):
-        return False
-    return all(_code(a) == _code(b) for a, b in zip(head, own, strict=True))
+    return len(cut) == 1 and ast.dump(cut[0]) == ast.dump(node)
 
 
-def _code(statement: _Statement) -> str:
-    return cst.Module(body=[statement.with_changes(leading_lines=())]).code
+def _marker(patch: Patch, tool_version: str) -> cst.EmptyLine:
+    return cst.EmptyLine(indent=True, comment=cst.Comment(patch.marker(tool_version)))
 
 
-def _replace_body(
-    module: cst.Module, definition: cst.FunctionDef, statements: Sequence[_Statement]
-) -> str:
-    block = definition.body
-    assert isinstance(block, cst.IndentedBlock)
-    updated = definition.with_changes(body=block.with_changes(body=list(statements)))
-    return module.with_changes(body=[updated if s is definition else s for s in module.body]).code
+def _block(definition: cst.FunctionDef) -> cst.IndentedBlock | str:
+    if not isinstance(definition.body, cst.IndentedBlock):
+        return f"{definition.name.value} has its body on the def line"
+    return definition.body
 
 
-def _insert(module: cst.Module, definition: cst.FunctionDef, own: Sequence[_Statement]) -> str:
-    return _replace_body(module, definition, [*own, *_body(definition)])
+# --- operations ---------------------------------------------------------------------------------
 
 
-def _remove_patch(module: cst.Module, definition: cst.FunctionDef, count: int) -> str:
-    return _replace_body(module, definition, _body(definition)[count:])
+def _insert_first(
+    definition: cst.FunctionDef, patch: Patch, shape: Shape, tool_version: str
+) -> cst.FunctionDef | str:
+    """The shape's statements first in the body, after the docstring, under a marker comment."""
+    operation = patch.operation
+    assert isinstance(operation, InsertFirst) and shape.text is not None
+    block = _block(definition)
+    if isinstance(block, str):
+        return block
+    own: list[_Statement] = list(cst.parse_module(operation.texts[shape.text]).body)
+    own[0] = own[0].with_changes(leading_lines=[_marker(patch, tool_version)])
+    at = 1 if definition.get_docstring(clean=False) is not None else 0
+    body = [*block.body[:at], *own, *block.body[at:]]
+    return definition.with_changes(body=block.with_changes(body=body))
+
+
+def _keyword_arguments(
+    definition: cst.FunctionDef, patch: Patch, shape: Shape, tool_version: str
+) -> cst.FunctionDef | str:
+    """The one call of `operation.call` passes its later arguments by keyword, under a marker
+    comment on the statement that makes the call."""
+    operation = patch.operation
+    assert isinstance(operation, KeywordArguments)
+    block = _block(definition)
+    if isinstance(block, str):
+        return block
+    wanted = m.Call(func=m.Name(operation.call))
+    holders = [s for s in block.body if m.findall(s, wanted)]
+    calls = [c for s in holders for c in m.findall(s, wanted)]
+    if len(calls) != 1:
+        return f"{definition.name.value} calls {operation.call} {len(calls)} times, not once"
+    (call,) = calls
+    assert isinstance(call, cst.Call)
+    arguments = list(call.args)
+    later = arguments[operation.positional :]
+    if not later or any(a.keyword or a.star or not isinstance(a.value, cst.Name) for a in later):
+        return (
+            f"the call of {operation.call} does not pass plain names after its first "
+            f"{operation.positional} arguments"
+        )
+    keywords = [
+        a.with_changes(
+            keyword=cst.Name(a.value.value),  # type: ignore[attr-defined]
+            equal=cst.AssignEqual(
+                whitespace_before=cst.SimpleWhitespace(""),
+                whitespace_after=cst.SimpleWhitespace(""),
+            ),
+        )
+        for a in later
+    ]
+    new_call = call.with_changes(args=[*arguments[: operation.positional], *keywords])
+    (holder,) = holders
+    marked = holder.deep_replace(call, new_call)
+    assert isinstance(marked, cst.SimpleStatementLine | cst.BaseCompoundStatement)
+    marked = marked.with_changes(
+        leading_lines=[*marked.leading_lines, _marker(patch, tool_version)]
+    )
+    body = [marked if s is holder else s for s in block.body]
+    return definition.with_changes(body=block.with_changes(body=body))
+
+
+_REWRITES: dict[type, _Rewrite] = {
+    InsertFirst: _insert_first,
+    KeywordArguments: _keyword_arguments,
+}

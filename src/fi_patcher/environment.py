@@ -64,7 +64,7 @@ def interpreter_in(prefix: Path) -> Path:
 
 def probe(python: Path, timeout: float = PROBE_TIMEOUT) -> Interpreter:
     """Run the probe in `python` and return what it said."""
-    answer = run_script(python, "_probe.py", [], timeout=timeout, what="probe")
+    answer = run_script(python, "probe.py", [], timeout=timeout, what="probe")
     return Interpreter(
         python=python,
         prefix=Path(answer["prefix"]),
@@ -74,13 +74,33 @@ def probe(python: Path, timeout: float = PROBE_TIMEOUT) -> Interpreter:
     )
 
 
+def script_text(name: str) -> str:
+    """The text of a script in `fi_patcher/in_target/` (`proofs/x.py` for a proof)."""
+    folder = resources.files("fi_patcher.in_target")
+    return folder.joinpath(*name.split("/")).read_text(encoding="utf-8")
+
+
 def run_script(
-    python: Path, name: str, arguments: list[str], *, timeout: float, what: str
+    python: Path,
+    name: str,
+    arguments: list[str],
+    *,
+    timeout: float,
+    what: str,
+    stdin: bytes | None = None,
+    timeout_flag: str = "--timeout",
 ) -> dict[str, Any]:
-    """Run one of fi-patch's stdlib-only scripts in `python` with `-I` and return its framed
-    JSON answer; a script that exits non-zero or prints no answer is an error."""
-    script = resources.files("fi_patcher").joinpath(name).read_text(encoding="utf-8")
-    completed = run_target(python, ["-I", "-c", script, *arguments], timeout=timeout, what=what)
+    """Run one of the scripts in `fi_patcher/in_target/` in `python` (`-I`: no user site, no
+    PYTHON* variables; `-B`: no bytecode written) and return its framed JSON answer; a script
+    that exits non-zero or prints no answer is an error."""
+    completed = run_target(
+        python,
+        ["-I", "-B", "-c", script_text(name), *arguments],
+        timeout=timeout,
+        what=what,
+        stdin=stdin,
+        timeout_flag=timeout_flag,
+    )
     answer = _unframe(completed.stdout)
     if completed.returncode != 0 or answer is None:
         raise EnvironmentProblem(
@@ -116,6 +136,7 @@ def run_target(
     timeout: float,
     what: str,
     stdin: bytes | None = None,
+    timeout_flag: str = "--timeout",
 ) -> subprocess.CompletedProcess[str]:
     environ = {**os.environ, "PYTHONUTF8": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     try:
@@ -130,7 +151,7 @@ def run_target(
     except subprocess.TimeoutExpired as exc:
         raise EnvironmentProblem(
             f"the interpreter {python} did not finish the {what} within {timeout:g} s",
-            remedy="check that the interpreter starts quickly, or raise --timeout",
+            remedy=f"check that the interpreter starts quickly, or raise {timeout_flag}",
         ) from exc
     except OSError as exc:
         raise EnvironmentProblem(

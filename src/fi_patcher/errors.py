@@ -27,7 +27,7 @@ class ExitCode(enum.IntEnum):
     ENVIRONMENT = 5
     """The target environment cannot be found or its interpreter cannot be run."""
     UNSUPPORTED = 6
-    """apply: the installed FlashInfer version is outside every known range."""
+    """apply: the installed FlashInfer version is outside every known range of a patch."""
     DRIFTED = 7
     """The target file is neither FlashInfer's original nor fi-patch's patched text."""
     LAYOUT = 8
@@ -41,9 +41,11 @@ class ExitCode(enum.IntEnum):
     TOOLKIT_MISMATCH = 12
     """torch's CUDA version and the nvcc FlashInfer would run differ in major.minor."""
     VERIFY_FAILED = 13
-    """Verification in the target failed; apply restored the original bytes (rolled back)."""
+    """A proof in the target failed; apply or revert put back the files it covers."""
     NO_TORCH = 14
     """torch is not installed in the target environment."""
+    REQUIREMENT = 15
+    """A patch named with --patch needs what the target lacks: a newer torch, or another patch."""
 
 
 class FiPatchError(Exception):
@@ -106,6 +108,10 @@ class VerificationFailed(FiPatchError):
 
 class NoTorch(FiPatchError):
     exit_code = ExitCode.NO_TORCH
+
+
+class RequirementUnmet(FiPatchError):
+    exit_code = ExitCode.REQUIREMENT
 
 
 def exit_code_for(state: State, interrupted: bool = False) -> ExitCode:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 
 
 class State(enum.StrEnum):
-    """What `check` says of one target. The values are the `--json` names."""
+    """What `check` says of one patch in one target. The values are the `--json` names."""
 
     NOT_INSTALLED = "not-installed"
     NOT_APPLICABLE = "not-applicable"
@@ -24,6 +25,32 @@ class State(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class InsertFirst:
+    """Insert statements as the first statements of the function (after its docstring)."""
+
+    texts: Mapping[str, str]
+    """The statements, at column 0, by name; each shape names the one it takes."""
+    requires_names: tuple[str, ...]
+    """Module-level names the inserted statements use; the module must already bind them."""
+
+    kind = "insert-first"
+
+
+@dataclass(frozen=True)
+class KeywordArguments:
+    """In the function's one call of `call`, pass every argument after the first `positional`
+    by keyword, named after the variable passed (`x` becomes `x=x`)."""
+
+    call: str
+    positional: int
+
+    kind = "keyword-arguments"
+
+
+Operation = InsertFirst | KeywordArguments
+
+
+@dataclass(frozen=True)
 class Shape:
     """One shape of the target function across a range of releases."""
 
@@ -34,11 +61,41 @@ class Shape:
     structure_sha256: str
     """sha256 of `ast.unparse` of the function node: formatting and comments do not count."""
     note: str
+    text: str | None = None
+    """For `InsertFirst`: the name of the statements this shape takes."""
+
+
+@dataclass(frozen=True)
+class Exemption:
+    """Releases where the patch has nothing to do, and why."""
+
+    versions: SpecifierSet
+    reason: str
+
+
+@dataclass(frozen=True)
+class Requirements:
+    torch: SpecifierSet | None = None
+    """The torch the target must have, for the code the patch writes or its proof."""
+    patches: tuple[str, ...] = ()
+    """Patches that must be in place first, wherever they apply to the installed version."""
+
+
+@dataclass(frozen=True)
+class Proof:
+    """What proves the patch in the target: a script run there, and what it and the GPU script
+    cover."""
+
+    script: str
+    """The file in `fi_patcher/in_target/proofs/`."""
+    cpu: str
+    gpu: str = ""
 
 
 @dataclass(frozen=True)
 class Patch:
-    """A patch: which function of which file, what to insert, and the shapes it knows."""
+    """A patch: which function of which file, how it is rewritten, the shapes it knows, what it
+    requires, and what proves it."""
 
     id: str
     summary: str
@@ -46,13 +103,13 @@ class Patch:
     target: str
     """The file, relative to site-packages, with forward slashes as RECORD writes it."""
     function: str
-    requires_names: tuple[str, ...]
-    """Module-level names the inserted statements use; the module must already bind them."""
-    insert: str
-    """Statements inserted as the first statements of the function, at column 0."""
+    operation: Operation
     shapes: tuple[Shape, ...]
-    not_applicable: SpecifierSet
-    not_applicable_reason: str
+    not_applicable: tuple[Exemption, ...]
+    proof: Proof
+    requires: Requirements = field(default_factory=Requirements)
+    preflight: tuple[str, ...] = ()
+    """Named checks the pre-flight runs before this patch is written (`cuda-toolkit`)."""
 
     def marker(self, tool_version: str) -> str:
         return f"# fi-patch: {self.id} (fi-patch {tool_version})"
@@ -60,6 +117,21 @@ class Patch:
     @property
     def marker_prefix(self) -> str:
         return f"# fi-patch: {self.id} "
+
+    def shape_named(self, name: str) -> Shape | None:
+        return next((s for s in self.shapes if s.name == name), None)
+
+
+@dataclass(frozen=True)
+class PatchSet:
+    """The patches a command works on, in registry order, and whether the user named them."""
+
+    patches: tuple[Patch, ...]
+    explicit: bool = False
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(p.id for p in self.patches)
 
 
 class Verdict(enum.StrEnum):
@@ -69,8 +141,8 @@ class Verdict(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class Selection:
-    """Which shape a version selects, and why (or why none)."""
+class Fit:
+    """How a patch fits an installed version: the shape it selects, and why (or why none)."""
 
     verdict: Verdict
     shape: Shape | None
@@ -114,39 +186,67 @@ class Installed:
     name: str
     version: str
     dist_info: Path
-    file: InstalledFile
+    files: Mapping[str, InstalledFile]
+    """The files the patches target, by relpath."""
 
 
 # --- fi-patch's records -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class ManifestEntry:
-    patch_id: str
-    dist: str
-    version: str
+class PatchRecord:
+    """One patch fi-patch wrote into a file."""
+
+    id: str
     shape: str
-    relpath: str
-    site_packages: str
-    """The site-packages folder, relative to the environment's prefix."""
-    sha256_before: str
-    sha256_after: str
-    record_sha256: str | None
-    backup: str
-    """The backup file's name inside the store's backups folder."""
     fi_patch_version: str
     applied_at: str
     forced: bool = False
+    verification: str = "skipped"
+    """passed, or skipped under --no-verify; pending while a proof has not run yet."""
     torch_cuda: str | None = None
     nvcc_version: str | None = None
     nvcc_path: str | None = None
     mismatch_allowed: bool = False
-    """fi-patch wrote the patch although torch's CUDA and nvcc differ (--allow-mismatch)."""
-    verification: str = "skipped"
-    """pending while apply verifies, then passed; skipped under --no-verify."""
-    status: str = "applied"
-    """applying while apply writes and verifies, reverting while revert writes, else applied.
-    Anything but applied, found by the next command, means that fi-patch was interrupted."""
+    """Written although torch's CUDA and nvcc differ (--allow-mismatch)."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A write fi-patch started: the journal that lets the next command finish or undo it."""
+
+    action: str
+    """apply or revert."""
+    patches: tuple[PatchRecord, ...]
+    """The patches the file holds once the write is done."""
+    sha256: str
+    """The bytes being written."""
+    previous: str
+    """The bytes before the write; a backup holds them."""
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """A file fi-patch changed: its original, kept as a backup, and the patches it holds."""
+
+    relpath: str
+    site_packages: str
+    """The site-packages folder, relative to the environment's prefix."""
+    dist: str
+    version: str
+    record_sha256: str | None
+    original: str
+    """sha256 of FlashInfer's original bytes, which the backup holds."""
+    backup: str
+    """The backup's name inside the store's backups folder."""
+    sha256: str
+    """sha256 of the bytes fi-patch last finished writing."""
+    patches: tuple[PatchRecord, ...] = ()
+    pending: Pending | None = None
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(p.id for p in self.patches)
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -154,7 +254,7 @@ class ManifestEntry:
 
 @dataclass(frozen=True)
 class FunctionSpan:
-    """Where the target function was found, for evidence in refusals."""
+    """Where a function was found, for evidence in refusals."""
 
     start: int
     end: int
@@ -162,19 +262,51 @@ class FunctionSpan:
 
 
 @dataclass(frozen=True)
-class Assessment:
-    """The state of one target and everything needed to act on it or explain it."""
+class FileState:
+    """What one target file is, decided from hashes and the (settled) record."""
 
+    relpath: str
+    path: Path
+    condition: str
+    """original, patched or drifted; absent or unrecorded (not in RECORD) for a broken install
+    or a release outside every range."""
+    reason: str
+    sha256: str | None = None
+    record: FileRecord | None = None
+    """The manifest's record of the file, with any interrupted write settled."""
+    interrupted: str | None = None
+    """apply or revert, when fi-patch was killed during one; the next command finishes it."""
+    unproven: bool = False
+    """The file holds bytes an interrupted apply wrote but never proved."""
+    found: FunctionSpan | None = None
+    shapes: Mapping[str, Shape] = field(default_factory=dict)
+    """The shape each patch's function has in the original, by patch id, where recognised."""
+
+    @property
+    def applied(self) -> tuple[str, ...]:
+        return self.record.ids if self.record is not None else ()
+
+
+@dataclass(frozen=True)
+class PatchState:
+    """The state of one patch in one target, and what explains it."""
+
+    patch: Patch
     state: State
     reason: str
-    patch: Patch
-    installed: Installed | None = None
-    selection: Selection | None = None
+    fit: Fit | None = None
     shape: Shape | None = None
-    sha256: str | None = None
-    found: FunctionSpan | None = None
-    patched_text: str | None = None
-    """The text `apply` would write: set for pristine and wiped targets, and for forced ones."""
-    entry: ManifestEntry | None = None
-    interrupted: str | None = None
-    """"apply" or "revert" when fi-patch was killed during one; the next command finishes it."""
+    file: FileState | None = None
+
+    @property
+    def interrupted(self) -> str | None:
+        return self.file.interrupted if self.file is not None else None
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One target: what is installed, and every selected patch's state, in registry order."""
+
+    installed: Installed | None
+    patches: tuple[PatchState, ...]
+    files: Mapping[str, FileState]

@@ -1,7 +1,7 @@
 """Recognising FlashInfer's code from its text, with the standard library's `ast` only.
 
-`check` decides every state with this module and hashes; only writing a patch (or explaining an
-unknown text) needs the libcst engine in `codemod`, whose import costs more than the rest.
+`check` decides every state with this module and hashes; only writing a patch needs the libcst
+engine in `codemod`, whose import costs more than the rest.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import ast
 import difflib
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from fi_patcher.model import FunctionSpan, Patch, Shape
+from fi_patcher.model import FunctionSpan, InsertFirst, Patch, Shape
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class Match:
 
     shape: Shape
     found: FunctionSpan
+    node: ast.FunctionDef = field(compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,12 @@ class Unrecognised:
     found: FunctionSpan | None = None
 
 
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return sha256_bytes(text.encode("utf-8"))
 
 
 def recognise(
@@ -40,10 +45,23 @@ def recognise(
 ) -> Match | Unrecognised:
     """Which of `shapes` the function in `text` is, exactly (or, with `structural`, by its
     `ast.unparse` form), and whether the module imports what the patch will use."""
+    tree = parse(text)
+    if isinstance(tree, Unrecognised):
+        return tree
+    return recognise_in(tree, text, patch, shapes, structural=structural)
+
+
+def parse(text: str) -> ast.Module | Unrecognised:
     try:
-        tree = ast.parse(text)
+        return ast.parse(text)
     except (SyntaxError, ValueError) as exc:
         return Unrecognised(f"not valid Python: {_first_line(exc)}")
+
+
+def recognise_in(
+    tree: ast.Module, text: str, patch: Patch, shapes: Sequence[Shape], *, structural: bool
+) -> Match | Unrecognised:
+    """`recognise` on a module already parsed: a file with several patches is parsed once."""
     located = locate(tree, text, patch.function)
     if isinstance(located, Unrecognised):
         return located
@@ -55,12 +73,13 @@ def recognise(
             f"the {kind} of {patch.function} is not one fi-patch knows ({_shape_names(shapes)})",
             found,
         )
-    missing = [name for name in patch.requires_names if name not in _module_names(tree)]
+    needed = patch.operation.requires_names if isinstance(patch.operation, InsertFirst) else ()
+    missing = [name for name in needed if name not in _module_names(tree)]
     if missing:
         return Unrecognised(
-            f"the module does not import {', '.join(missing)}, which the patch uses", found
+            f"the module does not import {', '.join(missing)}, which {patch.id} uses", found
         )
-    return Match(shape, found)
+    return Match(shape, found, node)
 
 
 def locate(

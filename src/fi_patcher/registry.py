@@ -1,51 +1,105 @@
-"""The patch registry: the TOML files shipped as the package `fi_patcher.patches`."""
+"""The patch registry: the TOML files shipped as the package `fi_patcher.patches`.
+
+Registry order is the order of the patch ids; a file's expected bytes are its original with the
+applied patches inserted in that order, and a patch may only require patches before it.
+"""
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from functools import cache
 from importlib import resources
 from typing import Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from fi_patcher.model import Patch, Selection, Shape, Verdict
+from fi_patcher.errors import UsageError
+from fi_patcher.model import (
+    Exemption,
+    Fit,
+    InsertFirst,
+    KeywordArguments,
+    Operation,
+    Patch,
+    PatchSet,
+    Proof,
+    Requirements,
+    Shape,
+    Verdict,
+)
+
+PREFLIGHT_CHECKS = frozenset({"cuda-toolkit"})
 
 
 class RegistryError(Exception):
     """A patch file is malformed: a bug in fi-patch's own data, caught by its tests."""
 
 
+@cache
 def load_patches() -> tuple[Patch, ...]:
-    """Every patch shipped with fi-patch, ordered by id."""
+    """Every patch shipped with fi-patch, in registry order."""
     folder = resources.files("fi_patcher.patches")
     texts = [
         (entry.name, entry.read_text(encoding="utf-8"))
         for entry in folder.iterdir()
         if entry.name.endswith(".toml")
     ]
-    return tuple(sorted((parse_patch(name, text) for name, text in texts), key=lambda p: p.id))
+    patches = tuple(sorted((parse_patch(n, t) for n, t in texts), key=lambda p: p.id))
+    check_requirements(patches)
+    return patches
+
+
+def choose(ids: Sequence[str] | None) -> PatchSet:
+    """The patches named by `--patch` (registry order), or every patch when none is named."""
+    patches = load_patches()
+    if not ids:
+        return PatchSet(patches)
+    known = {p.id for p in patches}
+    unknown = [i for i in ids if i not in known]
+    if unknown:
+        raise UsageError(
+            f"no patch named {', '.join(map(repr, unknown))}",
+            remedy=f"choose among {', '.join(sorted(known))} (`fi-patch list` shows them)",
+        )
+    return PatchSet(tuple(p for p in patches if p.id in ids), explicit=True)
 
 
 def parse_patch(name: str, text: str) -> Patch:
     try:
         data = tomllib.loads(text)
-        not_applicable = data["not_applicable"]
-        return Patch(
+        operation = _parse_operation(data["operation"])
+        shapes = tuple(_parse_shape(shape) for shape in data["shapes"])
+        patch = Patch(
             id=data["id"],
             summary=data["summary"],
             distribution=data["distribution"],
             target=data["target"],
             function=data["function"],
-            requires_names=tuple(data["requires_names"]),
-            insert=data["insert"].strip("\n") + "\n",
-            shapes=tuple(_parse_shape(shape) for shape in data["shapes"]),
-            not_applicable=SpecifierSet(not_applicable["versions"]),
-            not_applicable_reason=not_applicable["reason"],
+            operation=operation,
+            shapes=shapes,
+            not_applicable=tuple(
+                Exemption(SpecifierSet(e["versions"]), e["reason"]) for e in data["not_applicable"]
+            ),
+            proof=Proof(**data["proof"]),
+            requires=_parse_requirements(data.get("requires", {})),
+            preflight=tuple(data.get("preflight", ())),
         )
     except (tomllib.TOMLDecodeError, KeyError, TypeError, InvalidSpecifier) as exc:
         raise RegistryError(f"patch file {name}: {exc!r}") from exc
+    _validate(name, patch)
+    return patch
+
+
+def _parse_operation(data: dict[str, Any]) -> Operation:
+    kind = data["kind"]
+    if kind == InsertFirst.kind:
+        texts = {key: value.strip("\n") + "\n" for key, value in data["texts"].items()}
+        return InsertFirst(texts, tuple(data["requires_names"]))
+    if kind == KeywordArguments.kind:
+        return KeywordArguments(data["call"], int(data["positional"]))
+    raise KeyError(f"operation kind {kind!r}")
 
 
 def _parse_shape(data: dict[str, Any]) -> Shape:
@@ -55,10 +109,46 @@ def _parse_shape(data: dict[str, Any]) -> Shape:
         function_sha256=frozenset(data["function_sha256"]),
         structure_sha256=data["structure_sha256"],
         note=data["note"],
+        text=data.get("text"),
     )
 
 
-def select(patch: Patch, version: str) -> Selection:
+def _parse_requirements(data: dict[str, Any]) -> Requirements:
+    torch = data.get("torch")
+    return Requirements(
+        torch=SpecifierSet(torch) if torch else None, patches=tuple(data.get("patches", ()))
+    )
+
+
+def _validate(name: str, patch: Patch) -> None:
+    problems = [
+        f"unknown pre-flight check {c!r}" for c in patch.preflight if c not in PREFLIGHT_CHECKS
+    ]
+    if isinstance(patch.operation, InsertFirst):
+        problems += [
+            f"shape {s.name} names no text of the operation"
+            for s in patch.shapes
+            if s.text not in patch.operation.texts
+        ]
+    if not patch.proof.script.endswith(".py"):
+        problems.append(f"proof script {patch.proof.script!r} is not a .py file")
+    if problems:
+        raise RegistryError(f"patch file {name}: {'; '.join(problems)}")
+
+
+def check_requirements(patches: Sequence[Patch]) -> None:
+    """A patch requires only patches earlier in registry order, and never itself."""
+    seen: set[str] = set()
+    for patch in patches:
+        missing = [r for r in patch.requires.patches if r not in seen]
+        if missing:
+            raise RegistryError(
+                f"{patch.id} requires {', '.join(missing)}, which is not an earlier patch"
+            )
+        seen.add(patch.id)
+
+
+def fit(patch: Patch, version: str) -> Fit:
     """Pick the shape for an exact installed version, or say why there is none.
 
     Pre-releases are never selected (`prereleases=False`: packaging 26 would otherwise admit
@@ -68,17 +158,41 @@ def select(patch: Patch, version: str) -> Selection:
     try:
         parsed = Version(version)
     except InvalidVersion:
-        return Selection(Verdict.UNKNOWN, None, f"{version!r} is not a valid version")
-    if patch.not_applicable.contains(parsed, prereleases=False):
-        return Selection(Verdict.NOT_APPLICABLE, None, patch.not_applicable_reason)
+        return Fit(Verdict.UNKNOWN, None, f"{version!r} is not a valid version")
+    for exemption in patch.not_applicable:
+        if exemption.versions.contains(parsed, prereleases=False):
+            return Fit(Verdict.NOT_APPLICABLE, None, exemption.reason)
     for shape in patch.shapes:
         if shape.versions.contains(parsed, prereleases=False):
-            return Selection(Verdict.IN_RANGE, shape, f"shape {shape.name} ({shape.versions})")
-    return Selection(
-        Verdict.UNKNOWN, None, f"{version} is outside every known range: {known_ranges(patch)}"
-    )
+            return Fit(Verdict.IN_RANGE, shape, f"shape {shape.name} ({span(shape.versions)})")
+    return Fit(Verdict.UNKNOWN, None, f"{version} is outside every known range: {known(patch)}")
 
 
-def known_ranges(patch: Patch) -> str:
-    parts: Iterable[str] = (f"shape {s.name} {s.versions}" for s in patch.shapes)
-    return "; ".join([*parts, f"nothing to patch {patch.not_applicable}"])
+def known(patch: Patch) -> str:
+    parts: Iterable[str] = (f"shape {s.name} {span(s.versions)}" for s in patch.shapes)
+    nothing = (f"nothing to patch {span(e.versions)}" for e in patch.not_applicable)
+    return "; ".join([*parts, *nothing])
+
+
+def span(versions: SpecifierSet) -> str:
+    """A range as people read it, lowest first: `0.2.14.post1 \u2013 0.3.1.post1` (an en dash)."""
+    specifiers = sorted(versions, key=_specifier_order)
+    low = [s.version for s in specifiers if s.operator == ">="]
+    high = [s.version for s in specifiers if s.operator == "<="]
+    if len(specifiers) == 2 and low and high:
+        return f"{low[0]} \u2013 {high[0]}"
+    if len(specifiers) == 1 and specifiers[0].operator == "==":
+        return specifiers[0].version
+    return ", ".join(str(s) for s in specifiers)
+
+
+def _specifier_order(specifier: Specifier) -> tuple[int, str]:
+    return (0 if specifier.operator.startswith(">") else 1, specifier.version)
+
+
+def requirement_text(patch: Patch) -> str:
+    parts = []
+    if patch.requires.torch is not None:
+        parts.append(f"torch {patch.requires.torch}")
+    parts.extend(f"{p} where it applies" for p in patch.requires.patches)
+    return ", ".join(parts) or "-"

@@ -1,8 +1,11 @@
 """fi-patch's records in the target environment, and every write fi-patch makes.
 
-The store is `<prefix>/.fi-patch/`: `manifest.json`, `backups/<sha256>.py` (the original
-bytes, named by their hash) and `lock`. It lies outside site-packages, so a reinstall of
-FlashInfer leaves it alone.
+The store is `<prefix>/.fi-patch/`: `manifest.json` (one record per file fi-patch changed),
+`backups/<sha256>.py` (original bytes, and the bytes a running write replaces, named by their
+hash) and `lock`. It lies outside site-packages, so a reinstall of FlashInfer leaves it alone.
+
+Every write of a target file is a `Transaction`: it records each step it takes (backup, journal
+entry, replace, bytecode) and `undo` reverses exactly those.
 """
 
 from __future__ import annotations
@@ -11,28 +14,29 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from fi_patcher.errors import StoreProblem, WriteFailed
-from fi_patcher.model import ManifestEntry
+from fi_patcher.model import FileRecord, PatchRecord, Pending
+from fi_patcher.recognise import sha256_bytes
 
-SCHEMA = 1
+SCHEMA = 2
 STORE_DIR = ".fi-patch"
 LOCK_TIMEOUT = 120.0
 TEMPORARY_SUFFIX = ".fi-patch-tmp"
 BACKUP_NAME = re.compile(r"[0-9a-f]{64}\.py")
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def backup_name(sha256: str) -> str:
+    return f"{sha256}.py"
 
 
 class Store:
@@ -43,8 +47,9 @@ class Store:
 
     # --- manifest ---
 
-    def load(self) -> dict[str, ManifestEntry]:
-        """Entries by patch id; empty when fi-patch never wrote here."""
+    def load(self) -> dict[str, FileRecord]:
+        """Records by file (relpath); empty when fi-patch never wrote here. A manifest of schema
+        1 (fi-patch 0.1.0) is read and migrated; it is written as schema 2 on the next write."""
         try:
             raw = self.manifest_path.read_bytes()
         except FileNotFoundError:
@@ -63,7 +68,9 @@ class Store:
                     remedy="upgrade fi-patch (pipx upgrade fi-patch) before touching this "
                     "environment",
                 )
-            return {e["patch_id"]: _entry(e) for e in data["entries"]}
+            records = [_migrate(e) for e in data["entries"]] if schema == 1 else data["files"]
+            loaded = [r if isinstance(r, FileRecord) else _file_record(r) for r in records]
+            return {r.relpath: r for r in loaded}
         except (ValueError, KeyError, TypeError) as exc:
             raise StoreProblem(
                 f"{self.manifest_path} is corrupt: {exc!r}",
@@ -71,10 +78,10 @@ class Store:
                 f"{self.backups}, named by their sha256",
             ) from exc
 
-    def save(self, entries: dict[str, ManifestEntry]) -> None:
+    def save(self, records: Mapping[str, FileRecord]) -> None:
         data = {
             "schema": SCHEMA,
-            "entries": [dataclasses.asdict(entries[k]) for k in sorted(entries)],
+            "files": [dataclasses.asdict(records[k]) for k in sorted(records)],
         }
         text = json.dumps(data, indent=2, sort_keys=True) + "\n"
         self._make_root()
@@ -82,54 +89,53 @@ class Store:
 
     # --- backups ---
 
-    def put_backup(self, data: bytes) -> str:
-        """Keep `data` under its own hash; return the backup's name."""
-        name = f"{sha256_bytes(data)}.py"
+    def put_backup(self, data: bytes) -> tuple[str, bool]:
+        """Keep `data` under its own hash; return the backup's name and whether it is new."""
+        name = backup_name(sha256_bytes(data))
         path = self.backups / name
         if path.exists() and sha256_bytes(path.read_bytes()) == sha256_bytes(data):
-            return name
+            return name, False
         self._make_root()
         self.backups.mkdir(mode=0o700, exist_ok=True)
         atomic_write(path, data, mode=0o600)
-        return name
+        return name, True
 
-    def read_backup(self, entry: ManifestEntry) -> bytes:
-        """The backup's bytes, after checking them against the manifest."""
-        if not BACKUP_NAME.fullmatch(entry.backup):
+    def read_backup(self, record: FileRecord, sha256: str | None = None) -> bytes:
+        """The bytes a backup holds (the original by default), after checking their hash."""
+        wanted = sha256 or record.original
+        name = record.backup if sha256 is None else backup_name(sha256)
+        reinstall = (
+            "reinstall FlashInfer to get the original back: "
+            f"pip install --force-reinstall --no-deps {record.dist}=={record.version}"
+        )
+        if not BACKUP_NAME.fullmatch(name):
             raise StoreProblem(
-                f"the manifest names the backup {entry.backup!r}, which fi-patch never writes; "
+                f"the manifest names the backup {name!r}, which fi-patch never writes; "
                 "refusing to read it"
             )
-        path = self.backups / entry.backup
+        path = self.backups / name
         try:
             data = path.read_bytes()
         except FileNotFoundError as exc:
-            raise StoreProblem(
-                f"the backup {path} is missing",
-                remedy="reinstall FlashInfer to get the original back: "
-                f"pip install --force-reinstall --no-deps {entry.dist}=={entry.version}",
-            ) from exc
-        if sha256_bytes(data) != entry.sha256_before:
+            raise StoreProblem(f"the backup {path} is missing", remedy=reinstall) from exc
+        if sha256_bytes(data) != wanted:
             raise StoreProblem(
                 f"the backup {path} does not match the manifest (sha256 "
-                f"{sha256_bytes(data)[:12]}…, expected {entry.sha256_before[:12]}…); "
-                "refusing to restore it",
-                remedy="reinstall FlashInfer to get the original back: "
-                f"pip install --force-reinstall --no-deps {entry.dist}=={entry.version}",
+                f"{sha256_bytes(data)[:12]}…, expected {wanted[:12]}…); refusing to restore it",
+                remedy=reinstall,
             )
         return data
 
-    def drop_orphans(self, entries: dict[str, ManifestEntry]) -> None:
-        """Delete backups no entry names: left by a run killed between backup and manifest."""
-        if self.backups.is_dir():
-            for path in self.backups.iterdir():
-                if BACKUP_NAME.fullmatch(path.name):
-                    self.drop_backup(path.name, entries)
-
-    def drop_backup(self, name: str, entries: dict[str, ManifestEntry]) -> None:
-        if all(e.backup != name for e in entries.values()):
-            with contextlib.suppress(FileNotFoundError):
-                (self.backups / Path(name).name).unlink()
+    def drop_unreferenced(self, records: Mapping[str, FileRecord]) -> None:
+        """Delete backups no record names: left by a run killed between backup and manifest, or
+        no longer needed once a write is committed."""
+        if not self.backups.is_dir():
+            return
+        kept = referenced(records)
+        for path in self.backups.iterdir():
+            if BACKUP_NAME.fullmatch(path.name) and path.name not in kept:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
 
     # --- lock ---
 
@@ -166,16 +172,171 @@ class Store:
             ) from exc
 
 
-def _entry(data: dict[str, Any]) -> ManifestEntry:
-    names = {f.name for f in dataclasses.fields(ManifestEntry)}
-    return ManifestEntry(**{k: v for k, v in data.items() if k in names})
+def referenced(records: Mapping[str, FileRecord]) -> set[str]:
+    """The backups the records need: each original, and the bytes any running write replaces."""
+    names = {r.backup for r in records.values()}
+    names.update(backup_name(r.pending.previous) for r in records.values() if r.pending)
+    return names
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
+class Journal:
+    """The manifest, held in memory under the lock: every change is saved at once."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.records = store.load()
+
+    def put(self, relpath: str, record: FileRecord | None) -> None:
+        """Save the manifest with `relpath`'s record replaced (None: removed); memory follows
+        only once the manifest is on disk."""
+        records = {k: v for k, v in self.records.items() if k != relpath}
+        if record is not None:
+            records[relpath] = record
+        self.store.save(records)
+        self.records = records
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One write of one target file, in plain values."""
+
+    path: Path
+    relpath: str
+    before: bytes
+    """The bytes on disk now; a backup keeps them until the write is committed."""
+    after: bytes
+    """The bytes to write."""
+    staged: FileRecord
+    """The record while the write is under way (its `pending` says what is being written)."""
+    committed: FileRecord | None
+    """The record once the write is proven; None when the file is FlashInfer's original again."""
+
+
+class Transaction:
+    """One file's write: backup, journal entry, replace, bytecode. Each step taken is recorded,
+    and `undo` reverses exactly those; an error after the replace keeps the backups."""
+
+    def __init__(self, journal: Journal, change: Change) -> None:
+        self.journal = journal
+        self.change = change
+        self.previous = journal.records.get(change.relpath)
+        self.steps: list[str] = []
+        self.created: list[str] = []
+
+    def write(self) -> None:
+        change = self.change
+        mode = stat.S_IMODE(os.stat(change.path).st_mode) if change.path.exists() else 0o644
+        name, new = self.journal.store.put_backup(change.before)
+        if new:
+            self.created.append(name)
+        self.steps.append("backup")
+        self.journal.put(change.relpath, change.staged)
+        self.steps.append("journal")
+        atomic_write(change.path, change.after, mode=mode, replaced=self._replaced)
+        clear_bytecode(change.path)
+        self.steps.append("bytecode")
+
+    def _replaced(self) -> None:
+        self.steps.append("replace")
+
+    def commit(self) -> None:
+        self.journal.put(self.change.relpath, self.change.committed)
+        self.journal.store.drop_unreferenced(self.journal.records)
+
+    def undo(self) -> None:
+        """Reverse the steps taken, last first. If the file cannot be put back, the journal
+        entry and every backup stay, so that the next command can finish the job."""
+        change = self.change
+        if "replace" in self.steps:
+            mode = stat.S_IMODE(os.stat(change.path).st_mode)
+            put_back: list[bool] = []
+            try:
+                atomic_write(
+                    change.path, change.before, mode=mode, replaced=lambda: put_back.append(True)
+                )
+            except WriteFailed as exc:
+                if not put_back:
+                    raise self._stranded(exc) from exc
+                # The old bytes are back; only the folder's sync failed, as it did before.
+            clear_bytecode(change.path)
+        if "journal" in self.steps:
+            self.journal.put(change.relpath, self.previous)
+        kept = referenced(self.journal.records)
+        for name in self.created:
+            if name not in kept:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.journal.store.backups / name).unlink()
+        self.steps.clear()
+
+    def _stranded(self, exc: WriteFailed) -> WriteFailed:
+        """The new bytes stay, and cannot be taken back now: say where everything is."""
+        store = self.journal.store
+        return WriteFailed(
+            f"{self.change.path} holds fi-patch's new bytes, and putting the old ones back "
+            f"failed too: {exc.message}",
+            remedy=f"fix the cause, then run `fi-patch revert` (the original is kept in "
+            f"{store.backups / self.change.staged.backup}, and {store.manifest_path} records "
+            "the unfinished write) or `fi-patch apply` to finish it",
+        )
+
+
+def _migrate(entry: dict[str, Any]) -> FileRecord:
+    """A schema-1 entry (one patch, one file) as a schema-2 file record."""
+    patch = PatchRecord(**_known(PatchRecord, {**entry, "id": entry["patch_id"]}))
+    common = {
+        "relpath": entry["relpath"],
+        "site_packages": entry["site_packages"],
+        "dist": entry["dist"],
+        "version": entry["version"],
+        "record_sha256": entry["record_sha256"],
+        "original": entry["sha256_before"],
+        "backup": entry["backup"],
+    }
+    before, after = entry["sha256_before"], entry["sha256_after"]
+    status = entry.get("status", "applied")
+    if status == "applying":
+        pending = Pending("apply", (patch,), after, before)
+        return FileRecord(**common, sha256=before, pending=pending)
+    if status == "reverting":
+        return FileRecord(
+            **common, sha256=after, patches=(patch,), pending=Pending("revert", (), before, after)
+        )
+    return FileRecord(**common, sha256=after, patches=(patch,))
+
+
+def _file_record(data: dict[str, Any]) -> FileRecord:
+    fields = _known(FileRecord, data)
+    fields["patches"] = tuple(_patch_record(p) for p in data.get("patches", ()))
+    pending = data.get("pending")
+    if pending is not None:
+        patches = tuple(_patch_record(p) for p in pending.get("patches", ()))
+        fields["pending"] = Pending(**{**_known(Pending, pending), "patches": patches})
+    return FileRecord(**fields)
+
+
+def _patch_record(data: dict[str, Any]) -> PatchRecord:
+    return PatchRecord(**_known(PatchRecord, data))
+
+
+def _known(kind: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The fields `kind` has: a newer fi-patch of the same schema may add others."""
+    names = {f.name for f in dataclasses.fields(kind)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def atomic_write(
+    path: Path,
+    data: bytes,
+    *,
+    mode: int | None = None,
+    replaced: Callable[[], None] | None = None,
+) -> None:
     """Write `data` to `path` through a new file in the same folder and `os.replace`.
 
     The result is a new inode: a hardlinked twin (uv links site-packages to its cache) keeps its
     bytes, and a reader sees either the old file or the new one, never half of either.
+    `replaced` is called as soon as the new file is in place, before the folder is synced, so
+    that a caller can tell a failure that left the old file from one that did not.
     """
     descriptor = -1
     temporary = ""
@@ -192,6 +353,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None) -> None:
             os.chmod(temporary, mode)
         os.replace(temporary, path)
         temporary = ""
+        if replaced is not None:
+            replaced()
         _fsync_folder(path.parent)
     except OSError as exc:
         raise WriteFailed(

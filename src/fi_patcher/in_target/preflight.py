@@ -1,8 +1,9 @@
-# The pre-flight: run inside the target interpreter as `python -I -c <this text>`.
+# The pre-flight: run inside the target interpreter as `python -I -B -c <this text> [nvcc]`.
 #
-# Standard library only. It reads torch.version.cuda from torch/version.py without importing torch
-# (importing torch takes seconds and can fail for reasons the verification reports later), and
-# finds the nvcc that FlashInfer would run, the way its get_cuda_path() and torch's CUDA_HOME do:
+# Standard library only. It reads torch's version and torch.version.cuda from torch/version.py
+# without importing torch (importing torch takes seconds and can fail for reasons the proofs
+# report later). With `nvcc`, for the patches whose pre-flight compares the toolkit, it also finds
+# the nvcc that FlashInfer would run, the way its get_cuda_path() and torch's CUDA_HOME do:
 # $CUDA_HOME, $CUDA_PATH, the nvcc on PATH, then /usr/local/cuda.
 import importlib.util
 import json
@@ -67,5 +68,7 @@ def nvcc_facts() -> "dict[str, object]":
     return facts
 
 
-answer = {"python": sys.executable, "torch": torch_facts(), "nvcc": nvcc_facts()}
+answer = {"python": sys.executable, "torch": torch_facts()}
+if "nvcc" in sys.argv[1:]:
+    answer["nvcc"] = nvcc_facts()
 sys.stdout.write("\n" + BEGIN + json.dumps(answer) + END + "\n")

@@ -1,26 +1,30 @@
-"""Proof inside the target: the toolkit pre-flight, and the Dynamo trace before and after.
+"""Proof inside the target: the pre-flight before any write, and the patches' proofs.
 
-Both run as subprocesses of the target's own interpreter (`_preflight.py`, `_verify.py`), never in
-fi-patch's process. Judging their answers is pure and lives here too.
+Both run as subprocesses of the target's own interpreter (`in_target/preflight.py`,
+`in_target/prove.py` with one script per patch from `in_target/proofs/`), never in fi-patch's
+process. Judging their answers is pure and lives here too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from fi_patcher.environment import run_script
-from fi_patcher.errors import Inert, NoTorch, ToolkitMismatch
+from fi_patcher.environment import run_script, script_text
+from fi_patcher.errors import Inert, NoTorch, RequirementUnmet, ToolkitMismatch
+from fi_patcher.model import Patch
 
 VERIFY_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True)
 class Preflight:
-    """torch's CUDA version and the nvcc FlashInfer would run, as the target sees them."""
+    """torch's version, and the nvcc FlashInfer would run where a patch compares them."""
 
     python: Path
     torch_found: bool
@@ -28,6 +32,7 @@ class Preflight:
     torch_cuda: str | None = None
     torch_location: str | None = None
     torch_error: str | None = None
+    nvcc_checked: bool = False
     nvcc_path: str | None = None
     nvcc_source: str | None = None
     nvcc_version: str | None = None
@@ -41,6 +46,8 @@ class Preflight:
 
     def describe(self) -> str:
         torch = f"torch {self.torch_version}: torch.version.cuda = {self.torch_cuda!r}"
+        if not self.nvcc_checked:
+            return torch
         if self.nvcc_version is not None:
             nvcc = f"nvcc {self.nvcc_version} at {self.nvcc_path} (from {self.nvcc_source})"
         else:
@@ -49,19 +56,19 @@ class Preflight:
 
 
 @dataclass(frozen=True)
-class TraceReport:
-    """What `_verify.py` saw in one fresh process of the target."""
+class Judgement:
+    """What the pre-flight lets through: warnings to show, and patches left out (by id, why)."""
 
-    mode: str
-    passed: bool
-    summary: str
-    details: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    left_out: Mapping[str, str] = field(default_factory=dict)
 
 
-def preflight(python: Path, timeout: float) -> Preflight:
-    answer = run_script(python, "_preflight.py", [], timeout=timeout, what="pre-flight")
+def preflight(python: Path, timeout: float, *, nvcc: bool) -> Preflight:
+    answer = run_script(
+        python, "preflight.py", ["nvcc"] if nvcc else [], timeout=timeout, what="pre-flight"
+    )
     torch = answer.get("torch", {})
-    nvcc = answer.get("nvcc", {})
+    found = answer.get("nvcc", {})
     return Preflight(
         python=python,
         torch_found=bool(torch.get("found")),
@@ -69,19 +76,27 @@ def preflight(python: Path, timeout: float) -> Preflight:
         torch_cuda=torch.get("cuda"),
         torch_location=torch.get("location"),
         torch_error=torch.get("error"),
-        nvcc_path=nvcc.get("path"),
-        nvcc_source=nvcc.get("source"),
-        nvcc_version=nvcc.get("version") if nvcc.get("found") else None,
-        nvcc_problem=nvcc.get("reason"),
+        nvcc_checked="nvcc" in answer,
+        nvcc_path=found.get("path"),
+        nvcc_source=found.get("source"),
+        nvcc_version=found.get("version") if found.get("found") else None,
+        nvcc_problem=found.get("reason"),
     )
 
 
-def judge_preflight(facts: Preflight, allow_mismatch: bool) -> tuple[str, ...]:
-    """Refuse what the patch cannot make right; return the warnings for what it may."""
+def needs_nvcc(patches: Sequence[Patch]) -> bool:
+    return any("cuda-toolkit" in p.preflight for p in patches)
+
+
+def judge_preflight(
+    facts: Preflight, patches: Sequence[Patch], *, explicit: bool, allow_mismatch: bool
+) -> Judgement:
+    """Refuse what no patch can make right; leave out a patch whose requirement is unmet (or
+    refuse, when the user named it); return the warnings for what may proceed."""
     if not facts.torch_found:
         raise NoTorch(
             f"torch is not installed for {facts.python}",
-            remedy="install torch in that environment (the patch reads torch.version.cuda), "
+            remedy="install torch in that environment (the patches and their proofs need it), "
             "or point --venv/--python at the environment your server runs in",
         )
     if facts.torch_error is not None:
@@ -89,6 +104,33 @@ def judge_preflight(facts: Preflight, allow_mismatch: bool) -> tuple[str, ...]:
             f"cannot read torch's version in {facts.python}: {facts.torch_error}",
             remedy="reinstall torch in that environment",
         )
+    left_out: dict[str, str] = {}
+    warnings: list[str] = []
+    for patch in patches:
+        unmet = _torch_unmet(facts, patch)
+        if unmet is not None and explicit:
+            raise RequirementUnmet(
+                f"{patch.id} {unmet}", remedy="install a newer torch in that environment"
+            )
+        if unmet is not None:
+            left_out[patch.id] = unmet
+            warnings.append(f"{patch.id} left out: it {unmet}")
+        elif "cuda-toolkit" in patch.preflight:
+            warnings.extend(_judge_toolkit(facts, allow_mismatch))
+    return Judgement(tuple(warnings), left_out)
+
+
+def _torch_unmet(facts: Preflight, patch: Patch) -> str | None:
+    wanted = patch.requires.torch
+    if wanted is None:
+        return None
+    version = _version(facts.torch_version)
+    if version is not None and wanted.contains(Version(version.base_version)):
+        return None
+    return f"needs torch {wanted}; {facts.python} has torch {facts.torch_version}"
+
+
+def _judge_toolkit(facts: Preflight, allow_mismatch: bool) -> tuple[str, ...]:
     if facts.torch_cuda is None:
         raise Inert(
             f"torch {facts.torch_version} in {facts.python} is a CPU build "
@@ -121,45 +163,71 @@ def judge_preflight(facts: Preflight, allow_mismatch: bool) -> tuple[str, ...]:
     )
 
 
-def trace(python: Path, mode: str, file: Path, marker: str, timeout: float) -> TraceReport:
-    """Run `_verify.py` in a fresh process of the target and judge what it saw."""
+# --- the proofs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProofRequest:
+    """Run `patch`'s proof in `mode` (before or after the patch); `file` is the patch's target,
+    which the target must import."""
+
+    patch: Patch
+    mode: str
+    file: Path
+
+
+@dataclass(frozen=True)
+class ProofReport:
+    """What one proof saw, judged."""
+
+    patch: str
+    mode: str
+    passed: bool
+    summary: str
+    details: tuple[str, ...] = ()
+
+
+def prove(python: Path, requests: Sequence[ProofRequest], timeout: float) -> dict[str, ProofReport]:
+    """Run every proof in one fresh process of the target and judge what each saw."""
+    if not requests:
+        return {}
+    payload = {
+        "proofs": [
+            {
+                "patch": r.patch.id,
+                "mode": r.mode,
+                "file": str(r.file),
+                "marker": r.patch.marker_prefix,
+                "source": script_text(f"proofs/{r.patch.proof.script}"),
+            }
+            for r in requests
+        ]
+    }
     facts = run_script(
-        python, "_verify.py", [mode, str(file), marker], timeout=timeout, what="verification"
+        python,
+        "prove.py",
+        [],
+        timeout=timeout,
+        what="proofs",
+        stdin=json.dumps(payload).encode("utf-8"),
+        timeout_flag="--verify-timeout",
     )
-    return judge_trace(facts)
+    reports = (judge_proof(answer, facts) for answer in facts.get("proofs", []))
+    return {report.patch: report for report in reports}
 
 
-def judge_trace(facts: dict[str, Any]) -> TraceReport:
-    mode = str(facts.get("mode"))
-    error = facts.get("error")
+def judge_proof(answer: dict[str, Any], process: dict[str, Any]) -> ProofReport:
+    """Green when the proof raised nothing and found no problem."""
+    patch, mode = str(answer.get("patch")), str(answer.get("mode"))
+    error = answer.get("error")
     if error is not None:
-        return TraceReport(mode, False, _failure_summary(facts, error), _error_lines(error))
-    problems = []
-    if not facts.get("is_expected_file"):
-        problems.append(f"imported {facts.get('module_file')}, not the file fi-patch checked")
-    if mode == "after":
-        if not facts.get("marker_present"):
-            problems.append("the imported cpp_ext.py does not carry fi-patch's marker")
-        cuda = facts.get("torch_cuda")
-        if cuda is None or facts.get("value") != str(Version(cuda)):
-            problems.append(
-                f"get_cuda_version() returned {facts.get('value')}, torch.version.cuda is {cuda}"
-            )
-        if facts.get("processes_during_trace"):
-            problems.append(f"{facts['processes_during_trace']} process(es) started while tracing")
-    if facts.get("traced") != facts.get("eager"):
-        problems.append(
-            f"the compiled function returned {facts.get('traced')}, eager {facts.get('eager')}"
-        )
+        facts = {**process, "stage": answer.get("stage"), "error": error}
+        return ProofReport(patch, mode, False, _failure_summary(facts, error), _error_lines(error))
+    problems = [str(p) for p in answer.get("problems", [])]
     if problems:
-        return TraceReport(mode, False, "fails: " + "; ".join(problems), tuple(problems))
-    summary = "passes"
-    if mode == "after":
-        summary += (
-            f" (get_cuda_version() = {facts.get('value')}, fullgraph trace started no process, "
-            f"result {facts.get('traced')} equals eager)"
-        )
-    return TraceReport(mode, True, summary)
+        return ProofReport(patch, mode, False, "fails: " + "; ".join(problems), tuple(problems))
+    summary = str(answer.get("summary") or "")
+    return ProofReport(patch, mode, True, f"passes ({summary})" if summary else "passes")
 
 
 def diagnose_packaging(facts: dict[str, Any]) -> str | None:

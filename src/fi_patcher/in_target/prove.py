@@ -1,0 +1,172 @@
+# The proof runner: run inside the target interpreter as `python -I -B -c <this text>`, with the
+# proofs to run as JSON on stdin:
+#
+#   {"proofs": [{"patch": ID, "mode": "before" | "after", "file": PATH, "marker": TEXT,
+#                "source": TEXT}, ...]}
+#
+# All proofs of one target run here, in this one fresh process: torch and FlashInfer are imported
+# once. Each proof's source defines `prove(ctx)`; it imports what it needs from the target, and
+# reports through `ctx`: `ctx.stage(text)` names the step under way (an exception is reported at
+# it), `ctx.problem(text)` makes the proof red, `ctx.passes(text)` says what green showed,
+# `ctx.fact(key, value)` keeps a fact. `ctx.processes()` counts the processes started inside a
+# `with` block, `ctx.compiled(fn)` is `torch.compile(fn, fullgraph=True, backend="eager")`, and
+# `ctx.graph_calls(fn, *args)` traces fn with fullgraph and a backend that records the graph and
+# never runs it, returning the targets of its calls.
+#
+# Whatever a proof does, the runner also checks that a module was imported from FILE (not another
+# copy) and, after the patch, that FILE carries the patch's marker. The answer is framed JSON on
+# stdout: every proof's problems, summary, facts, and any error with its frames.
+import contextlib
+import json
+import os
+import sys
+import traceback
+
+BEGIN = "<<<fi-patch-probe>>>"
+END = "<<<fi-patch-probe-end>>>"
+EVENTS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork")
+started = []
+watching = [False]
+
+
+def audit(event, arguments):
+    if watching[0] and event in EVENTS:
+        started.append(event)
+
+
+class Recorded(Exception):
+    """Raised by the recording backend instead of running the graph."""
+
+
+class Context:
+    def __init__(self, request):
+        self.mode = request["mode"]
+        self.file = request["file"]
+        self.marker = request["marker"]
+        self.answer = {
+            "patch": request["patch"],
+            "mode": self.mode,
+            "stage": "start",
+            "problems": [],
+            "summary": "",
+            "facts": {},
+        }
+
+    def stage(self, text):
+        self.answer["stage"] = text
+
+    def problem(self, text):
+        self.answer["problems"].append(text)
+
+    def passes(self, text):
+        self.answer["summary"] = text
+
+    def fact(self, key, value):
+        self.answer["facts"][key] = value
+
+    @contextlib.contextmanager
+    def processes(self):
+        seen = []
+        before = len(started)
+        watching[0] = True
+        try:
+            yield seen
+        finally:
+            watching[0] = False
+            seen.extend(started[before:])
+
+    def compiled(self, fn):
+        import torch
+
+        torch._dynamo.reset()
+        return torch.compile(fn, fullgraph=True, backend="eager")
+
+    def graph_calls(self, fn, *args):
+        import torch
+
+        graphs = []
+
+        def record(graph_module, example_inputs):
+            graphs.append(graph_module)
+
+            def never_run(*inputs):
+                raise Recorded()
+
+            return never_run
+
+        torch._dynamo.reset()
+        try:
+            torch.compile(fn, fullgraph=True, backend=record)(*args)
+        except Recorded:
+            pass
+        return [
+            str(node.target)
+            for graph in graphs
+            for node in graph.graph.nodes
+            if node.op == "call_function"
+        ]
+
+
+def error_of(exc):
+    return {
+        "type": type(exc).__module__ + "." + type(exc).__qualname__,
+        "message": str(exc)[:6000],
+        "frames": [
+            [frame.filename, frame.lineno, frame.name]
+            for frame in traceback.extract_tb(exc.__traceback__)[-20:]
+        ],
+    }
+
+
+def imported_from(path):
+    """Whether some imported module was loaded from `path`."""
+    wanted = os.path.realpath(path)
+    for module in list(sys.modules.values()):
+        found = getattr(module, "__file__", None)
+        if found and os.path.realpath(found) == wanted:
+            return True
+    return False
+
+
+def run(request, torch_error):
+    ctx = Context(request)
+    if torch_error is not None:
+        ctx.stage("import torch")
+        ctx.answer["error"] = torch_error
+        return ctx.answer
+    namespace = {"__name__": "fi_patch_proof"}
+    try:
+        exec(compile(request["source"], "<proof of %s>" % request["patch"], "exec"), namespace)
+        namespace["prove"](ctx)
+    except BaseException as exc:
+        ctx.answer["error"] = error_of(exc)
+        return ctx.answer
+    if not imported_from(ctx.file):
+        ctx.problem("no module was imported from %s: the target imports another copy" % ctx.file)
+    if ctx.mode == "after":
+        with open(ctx.file, encoding="utf-8") as handle:
+            if ctx.marker not in handle.read():
+                ctx.problem("%s does not carry fi-patch's marker" % ctx.file)
+    return ctx.answer
+
+
+sys.addaudithook(audit)
+requests = json.load(sys.stdin)["proofs"]
+answer = {"python": sys.executable}
+torch_error = None
+try:
+    import torch
+
+    answer["torch_version"] = torch.__version__
+    answer["torch_cuda"] = torch.version.cuda
+except BaseException as exc:
+    torch_error = error_of(exc)
+try:
+    import packaging
+
+    answer["packaging_version"] = packaging.__version__
+except Exception:
+    pass
+answer["proofs"] = [run(request, torch_error) for request in requests]
+sys.stdout.write("\n" + BEGIN + json.dumps(answer, default=repr) + END + "\n")
+sys.stdout.flush()

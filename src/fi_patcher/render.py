@@ -1,0 +1,216 @@
+"""What a person sees: rich text for each command's results, errors and progress.
+
+With `cli`, the only module that imports rich. Nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.progress import Progress as RichProgress
+from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from fi_patcher.api import Outcome, PatchOutcome, Target
+from fi_patcher.errors import FiPatchError
+from fi_patcher.model import Assessment, Patch
+from fi_patcher.proofs import ProofReport
+from fi_patcher.registry import requirement_text, span
+
+
+@dataclass
+class Verbosity:
+    quiet: bool = False
+    verbose: bool = False
+
+
+def console(*, stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def error(err: Console, failure: FiPatchError) -> None:
+    err.print(Text("error: ", style="bold red") + Text(failure.message))
+    for line in failure.details:
+        err.print(Text("  " + line, style="dim"))
+    if failure.remedy:
+        err.print(Text("fix: ", style="bold yellow") + Text(failure.remedy))
+
+
+def environment(out: Console, target: Target, assessment: Assessment) -> None:
+    interpreter = target.interpreter
+    out.print(
+        f"environment {interpreter.prefix} (python {interpreter.python_version}, "
+        f"chosen by {target.chosen_by})"
+    )
+    if assessment.installed is not None:
+        out.print(f"{assessment.installed.name} {assessment.installed.version}")
+
+
+_STATE_STYLE = {
+    "patched": "green",
+    "not-applicable": "cyan",
+    "pristine": "yellow",
+    "wiped": "yellow",
+    "not-installed": "red",
+    "drifted": "bold red",
+}
+
+
+def check(
+    out: Console,
+    target: Target,
+    assessment: Assessment,
+    reports: Mapping[str, ProofReport],
+    verbosity: Verbosity,
+) -> None:
+    if verbosity.quiet:
+        for state in assessment.patches:
+            report = reports.get(state.patch.id)
+            verdict = f"; proof {'passes' if report.passed else 'fails'}" if report else ""
+            out.print(f"{target.interpreter.prefix}: {state.patch.id} {state.state.value}{verdict}")
+        return
+    environment(out, target, assessment)
+    table = Table(box=None, pad_edge=False)
+    table.add_column("patch", no_wrap=True)
+    table.add_column("shape", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("file", overflow="fold")
+    for state in assessment.patches:
+        table.add_row(
+            state.patch.id,
+            state.shape.name if state.shape else "-",
+            Text(state.state.value, style=_STATE_STYLE[state.state.value]),
+            state.patch.target,
+        )
+    out.print(table)
+    for state in assessment.patches:
+        out.print(Text(f"{state.patch.id}: {state.reason}", style="dim"))
+        report = reports.get(state.patch.id)
+        if report is not None:
+            proof(out, f"{state.patch.id} proof ({report.mode} the patch)", report)
+
+
+def proof(out: Console, label: str, report: ProofReport) -> None:
+    style = "green" if report.passed else "bold red"
+    out.print(Text(f"{label}: {report.summary}", style=style))
+    if not report.passed:
+        for line in report.details:
+            out.print(Text("  " + line, style="dim"))
+
+
+def outcome(out: Console, target: Target, result: Outcome, verbosity: Verbosity) -> None:
+    """An apply or a revert on one target."""
+    err = console(stderr=True)
+    if not verbosity.quiet:
+        environment(out, target, result.assessment)
+        if result.preflight is not None:
+            out.print(f"pre-flight: {result.preflight.describe()}")
+    for warning in result.warnings:
+        err.print(Text("warning: " + warning, style="bold yellow"))
+    if not verbosity.quiet:
+        for file in result.files:
+            if file.diff:
+                diff(out, file.diff)
+        for patch in result.patches:
+            if patch.before is not None:
+                out.print(f"{patch.state.patch.id} before: {patch.before.summary}")
+            if patch.after is not None:
+                proof(out, f"{patch.state.patch.id} after", patch.after)
+    if any(p.action == "would-apply" for p in result.patches):
+        out.print(Text("dry run: this diff would be applied; nothing was changed", style="yellow"))
+    for patch in result.patches:
+        style, message = _line(patch)
+        out.print(Text(message, style=style))
+    for file in result.files:
+        if file.backup is not None and not verbosity.quiet:
+            out.print(f"{file.relpath}: original bytes kept in {file.backup}")
+    if result.failure is not None:
+        error(err, result.failure)
+
+
+def _line(patch: PatchOutcome) -> tuple[str, str]:
+    state, action, ident = patch.state, patch.action, patch.state.patch.id
+    lines = {
+        "applied": ("green", f"applied {ident} to {state.patch.target}"),
+        "would-apply": ("yellow", f"would apply {ident} to {state.patch.target}"),
+        "already-applied": ("green", f"{ident}: already applied ({state.reason})"),
+        "not-applicable": ("cyan", f"{ident}: {patch.message or state.reason}"),
+        "left-out": ("yellow", f"{ident}: left out: {patch.message}"),
+        "finished": (
+            "green",
+            f"finished the interrupted {state.interrupted or 'run'} of {ident}: fi-patch's "
+            "bytes are in place and recorded",
+        ),
+        "rolled-back": ("bold red", f"{ident}: rolled back"),
+        "nothing-to-revert": ("cyan", patch.message),
+    }
+    return lines.get(
+        action, ("green" if action == "reverted" else "cyan", f"{ident}: {patch.message}")
+    )
+
+
+def diff(out: Console, text: str) -> None:
+    for line in text.splitlines():
+        if line.startswith(("+++", "---")):
+            style = "bold"
+        elif line.startswith("+"):
+            style = "green"
+        elif line.startswith("-"):
+            style = "red"
+        elif line.startswith("@@"):
+            style = "cyan"
+        else:
+            style = ""
+        out.print(Text(line, style=style))
+
+
+def catalog(out: Console, patches: Sequence[Patch]) -> None:
+    for patch in patches:
+        table = Table(title=f"{patch.id}: {patch.summary}", title_justify="left")
+        table.add_column("shape")
+        table.add_column("versions")
+        table.add_column("what the released function does")
+        for shape in patch.shapes:
+            table.add_row(shape.name, span(shape.versions), shape.note)
+        for exemption in patch.not_applicable:
+            table.add_row("-", span(exemption.versions), exemption.reason)
+        out.print(table)
+        out.print(f"target: {patch.target} :: {patch.function}()")
+        out.print(f"requires: {requirement_text(patch)}")
+        out.print(f"proof on a CPU: {patch.proof.cpu}")
+        if patch.proof.gpu:
+            out.print(f"proof on a GPU: {patch.proof.gpu}")
+        out.print("")
+
+
+def summary(out: Console, rows: Sequence[tuple[str, str, int]]) -> None:
+    table = Table(title="summary", title_justify="left", box=None, pad_edge=False)
+    for column in ("target", "result", "exit"):
+        table.add_column(column, overflow="fold")
+    for target, result, code in rows:
+        style = "green" if code == 0 else "bold red"
+        table.add_row(target, result, Text(str(code), style=style))
+    out.print(table)
+
+
+@contextlib.contextmanager
+def progress(as_json: bool, verbosity: Verbosity) -> Iterator[Callable[[str], None]]:
+    """Where a person is watching, a spinner with the elapsed seconds while the target works
+    (importing torch takes seconds); with -v, each step as a line on stderr instead."""
+    err = console(stderr=True)
+    started = time.monotonic()
+    if verbosity.verbose:
+        yield lambda message: err.print(f"[{time.monotonic() - started:5.1f}s] {message}")
+        return
+    if as_json or verbosity.quiet or not err.is_terminal:
+        yield lambda message: None
+        return
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with RichProgress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("starting")
+        yield lambda message: bar.update(task, description=message)
