@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.releases import RELEASES, released_text
-from tests.support.venvs import clone, create_venv, install, target_file
+from tests.support.venvs import clone, create_venv, fp4_file, install, target_file
 
 MakeVenv = Callable[[str], Path]
 
@@ -35,18 +35,27 @@ def template(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Pat
             _fingerprints[version] = _fingerprint(path)
         path = _templates[version]
         # A test that wrote through a hardlink would have changed every clone: catch it here.
-        original = hashlib.sha256(released_text(RELEASES[version])).hexdigest()
-        assert hashlib.sha256(target_file(path).read_bytes()).hexdigest() == original
+        for file in _targets(path):
+            original = released_text(RELEASES[version], _relpath(file))
+            assert hashlib.sha256(file.read_bytes()).digest() == hashlib.sha256(original).digest()
         assert _fingerprint(path) == _fingerprints[version]
         return path
 
     return get
 
 
+def _targets(venv: Path) -> list[Path]:
+    return [p for p in (target_file(venv), fp4_file(venv)) if p.exists()]
+
+
+def _relpath(file: Path) -> str:
+    return file.relative_to(file.parents[2]).as_posix()
+
+
 def _fingerprint(venv: Path) -> dict[str, str]:
-    """Hashes of the files a test might be tempted to edit: metadata and the target."""
+    """Hashes of the files a test might be tempted to edit: metadata and the targets."""
     site = target_file(venv).parents[2]
-    paths = [target_file(venv), *sorted(site.glob("flashinfer_python-*.dist-info/*"))]
+    paths = [*_targets(venv), *sorted(site.glob("flashinfer_python-*.dist-info/*"))]
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file()}
 
 
@@ -55,7 +64,9 @@ def venv_with(template: MakeVenv, tmp_path: Path) -> MakeVenv:
     """A venv of this test's own holding `version`, hardlinked to the session's template."""
 
     def make(version: str) -> Path:
-        return clone(template(version), tmp_path / f"venv-{version}")
+        taken = len(list(tmp_path.glob(f"venv-{version}*")))
+        name = f"venv-{version}" if not taken else f"venv-{version}-{taken + 1}"
+        return clone(template(version), tmp_path / name)
 
     return make
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MakeVenv
+from tests.support.expected import expected
+from tests.support.releases import FP4
 from tests.support.tool import ROOT, build_wheel
-from tests.support.venvs import replace_bytes, target_file
-from tests.test_codemod import expected
+from tests.support.venvs import fp4_file, replace_bytes, target_file
 
 PLAYBOOK = ROOT / "examples" / "ansible" / "playbook.yml"
 
@@ -65,13 +66,15 @@ def test_playbook_changed_then_ok_then_fails_on_drift(
     code, output = playbook(venv, tool, wheel)
     assert code == 0, output
     assert recap(output)["changed"] == 2  # fi-patch installed, FlashInfer patched
-    assert "applied (" in output
+    assert "cuda-version-torch-first applied, " in output
+    assert "fp4-quantize-under-compile applied (" in output
     assert target_file(venv).read_bytes() == expected("0.7.4").encode()
+    assert fp4_file(venv).read_bytes() == expected("0.7.4", FP4).encode()
 
     code, output = playbook(venv, tool, wheel)
     assert code == 0, output
     assert recap(output)["changed"] == 0 and recap(output)["failed"] == 0
-    assert "already-applied (" in output
+    assert "cuda-version-torch-first already-applied, " in output
 
     replace_bytes(target_file(venv), target_file(venv).read_bytes() + b"# edited by hand\n")
     code, output = playbook(venv, tool, wheel)

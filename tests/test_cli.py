@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from fi_patcher import __version__
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
-from tests.support.cli import fi_patch
+from tests.support.cli import fi_patch, patch_result
 
 
 def test_version(runner: CliRunner) -> None:
@@ -26,14 +26,21 @@ def test_help_lists_the_commands(runner: CliRunner) -> None:
     assert "never on the interpreter running fi-patch" in run.text
 
 
-def test_list_shows_shapes_and_ranges(runner: CliRunner) -> None:
-    run = fi_patch(runner, "list")
+def test_list_shows_every_patch_with_ranges_lowest_first(runner: CliRunner) -> None:
+    wide = CliRunner(env={"VIRTUAL_ENV": None, "NO_COLOR": "1", "COLUMNS": "200"})
+    run = fi_patch(wide, "list")
     assert run.code == ExitCode.OK
-    assert "cuda-version-torch-first" in run.text
-    assert "<=0.3.1.post1,>=0.2.14.post1" in run.text
-    assert "<=0.7.4,>=0.4.0" in run.text
-    assert "<=0.2.14,>=0.2.0.post1" in run.text
+    for patch in ("cuda-version-torch-first", "fp4-op-keyword-forwarding"):
+        assert f"{patch}: " in run.text
+    assert "0.2.14.post1 \u2013 0.3.1.post1" in run.text
+    assert "0.4.0 \u2013 0.7.4" in run.text
+    assert "0.2.0.post1 \u2013 0.2.14" in run.text
+    assert "0.6.12 \u2013 0.7.0.post1" in run.text
     assert "flashinfer/jit/cpp_ext.py :: get_cuda_version()" in run.text
+    assert "flashinfer/quantization/fp4_quantization.py :: fp4_quantize()" in run.text
+    assert "requires: torch >=2.4, fp4-op-keyword-forwarding where it applies" in run.text
+    assert "proof on a CPU: torch.compile(fullgraph=True) of a function calling" in run.text
+    assert "proof on a GPU: scripts/gpu/fp4_compiled.py" in run.text
 
 
 def test_check_table_for_people(runner: CliRunner, venv_with: MakeVenv) -> None:
@@ -41,7 +48,10 @@ def test_check_table_for_people(runner: CliRunner, venv_with: MakeVenv) -> None:
     run = fi_patch(runner, "check", "--venv", venv)
     assert run.code == ExitCode.NEEDS_APPLY
     assert f"environment {venv}" in run.text
-    assert "cuda-version-torch-first 0.7.4 B pristine" in run.text
+    assert "flashinfer-python 0.7.4" in run.text
+    assert "cuda-version-torch-first B pristine flashinfer/jit/cpp_ext.py" in run.text
+    assert "fp4-op-keyword-forwarding - not-applicable" in run.text
+    assert "fp4-quantize-under-compile 0.7.4 pristine" in run.text
     assert "needs apply" in run.text
     assert "\x1b[" not in run.stdout
 
@@ -60,15 +70,21 @@ def test_revert_json(runner: CliRunner, venv_with: MakeVenv) -> None:
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     run = fi_patch(runner, "revert", "--venv", venv, "--json")
     assert run.code == ExitCode.OK
-    (result,) = run.json["results"]
-    assert result["action"] == "reverted"
-    assert result["file"].endswith("flashinfer/jit/cpp_ext.py")
+    assert patch_result(run.json)["action"] == "reverted"
+    (file,) = run.json["results"][0]["files"]
+    assert (file["action"], file["patches"]) == ("reverted", [])
+    assert file["file"].endswith("flashinfer/jit/cpp_ext.py")
 
 
 def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.5.0")
     check = fi_patch(runner, "-q", "check", "--venv", venv)
-    assert (check.code, check.stdout) == (ExitCode.NEEDS_APPLY, f"{venv}: pristine\n")
+    assert check.code == ExitCode.NEEDS_APPLY
+    assert check.stdout.splitlines() == [
+        f"{venv}: cuda-version-torch-first pristine",
+        f"{venv}: fp4-op-keyword-forwarding not-applicable",
+        f"{venv}: fp4-quantize-under-compile not-applicable",
+    ]
     apply = fi_patch(runner, "-q", "apply", "--venv", venv, "--no-verify")
     assert apply.code == ExitCode.OK
     assert "@@" not in apply.stdout and "pre-flight" not in apply.stdout

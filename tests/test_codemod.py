@@ -1,55 +1,94 @@
-"""The pure engine on the real released texts: exact bytes in, exact bytes out."""
+"""The pure engine on the real released texts: exact bytes in, exact bytes out.
+
+For every patch and every shape it keys (each on a real release downloaded at test time): the
+patched text, byte for byte, alone and composed with the other patches of its file; its own
+lines and nothing else in the diff; line endings kept; and a patched text is never patched twice.
+"""
 
 from __future__ import annotations
 
+import ast
+import hashlib
+
+import libcst
 import pytest
+from packaging.specifiers import SpecifierSet
 
 from fi_patcher import __version__
-from fi_patcher.codemod import AlreadyApplied, Transformed, Unrecognised, transform
+from fi_patcher.codemod import Composed, Unrecognised, compose
+from fi_patcher.model import KeywordArguments, Patch, Proof, Shape
 from fi_patcher.recognise import render_diff
-from fi_patcher.registry import load_patches, select
-from tests.support.releases import RELEASES, released_text
+from fi_patcher.registry import fit, load_patches
+from tests.support.expected import OWN_LINES, PATCHES, expected, marker, original
+from tests.support.releases import (
+    CUDA,
+    FORWARDING,
+    FP4,
+    RELEASES,
+    TARGET,
+    UNDER_COMPILE,
+)
 
-PATCH = load_patches()[0]
-PATCHABLE = [v for v, r in RELEASES.items() if r.shape]
-
-# fi-patch's own lines: the only lines apply may add.
-OWN_LINES = [
-    f"    # fi-patch: cuda-version-torch-first (fi-patch {__version__})\n",
-    "    if torch.version.cuda is not None:\n",
-    "        return Version(torch.version.cuda)\n",
-]
-
-
-def original(version: str) -> str:
-    return released_text(RELEASES[version]).decode("utf-8")
+# Every (release, patch) the registry applies, and every (release, file) it changes.
+CASES = [(v, p) for v, r in RELEASES.items() for p in r.shapes]
+FILES = sorted({(v, PATCHES[p].target) for v, p in CASES})
 
 
-def expected(version: str, newline: str = "\n") -> str:
-    """The release's text with fi-patch's lines right after `def get_cuda_version`."""
-    lines = original(version).splitlines(keepends=True)
-    at = RELEASES[version].def_line
-    assert at is not None and lines[at - 1].startswith("def get_cuda_version() -> Version:")
-    return "".join(lines[:at] + OWN_LINES + lines[at:]).replace("\n", newline)
+def steps(
+    version: str, relpath: str, only: tuple[str, ...] | None = None
+) -> list[tuple[Patch, tuple[Shape, ...]]]:
+    chosen = []
+    for patch in load_patches():
+        shape = fit(patch, version).shape
+        if patch.target == relpath and shape is not None and (only is None or patch.id in only):
+            chosen.append((patch, (shape,)))
+    return chosen
 
 
-def run(text: str, version: str, *, structural: bool = False) -> object:
-    shape = select(PATCH, version).shape
-    shapes = (shape,) if shape else PATCH.shapes
-    return transform(text, PATCH, shapes, __version__, structural=structural)
+def run(
+    text: str,
+    version: str,
+    relpath: str = TARGET,
+    *,
+    only: tuple[str, ...] | None = None,
+    structural: bool = False,
+) -> Composed | Unrecognised:
+    return compose(text, steps(version, relpath, only), __version__, structural=structural)
 
 
-@pytest.mark.parametrize("version", PATCHABLE)
-def test_fixes_exact_bytes(version: str) -> None:
-    result = run(original(version), version)
-    assert isinstance(result, Transformed)
-    assert result.text == expected(version)
-    assert result.shape.name == RELEASES[version].shape
+@pytest.mark.parametrize(("version", "patch"), CASES, ids=[f"{v}-{p}" for v, p in CASES])
+def test_each_patch_alone_gives_exact_bytes(version: str, patch: str) -> None:
+    relpath = PATCHES[patch].target
+    result = run(original(version, relpath), version, relpath, only=(patch,))
+    assert isinstance(result, Composed), result
+    assert result.text == expected(version, relpath, [patch])
+    assert result.shapes[patch].name == RELEASES[version].shapes[patch]
 
 
-@pytest.mark.parametrize("version", PATCHABLE)
+@pytest.mark.parametrize(("version", "relpath"), FILES, ids=[f"{v}-{f}" for v, f in FILES])
+def test_every_patch_of_a_file_composed_gives_exact_bytes(version: str, relpath: str) -> None:
+    result = run(original(version, relpath), version, relpath)
+    assert isinstance(result, Composed), result
+    assert result.text == expected(version, relpath)
+    # Registry order is the only order: each patch touches its own function.
+    reverse = compose(
+        original(version, relpath),
+        list(reversed(steps(version, relpath))),
+        __version__,
+    )
+    assert isinstance(reverse, Composed) and reverse.text == result.text
+
+
+@pytest.mark.parametrize(("version", "relpath"), FILES, ids=[f"{v}-{f}" for v, f in FILES])
+def test_patched_text_is_never_patched_twice(version: str, relpath: str) -> None:
+    result = run(expected(version, relpath), version, relpath)
+    assert isinstance(result, Unrecognised)
+    assert "is not one fi-patch knows" in result.reason
+
+
+@pytest.mark.parametrize("version", [v for v, r in RELEASES.items() if r.shape])
 def test_diff_adds_only_our_lines(version: str) -> None:
-    diff = render_diff(original(version), expected(version), PATCH.target)
+    diff = render_diff(original(version), expected(version), TARGET)
     at = RELEASES[version].def_line
     assert at is not None
     lines = diff.splitlines(keepends=True)
@@ -64,26 +103,53 @@ def test_diff_adds_only_our_lines(version: str) -> None:
     assert not [line for line in lines if line.startswith("-") and not line.startswith("---")]
 
 
-@pytest.mark.parametrize("version", PATCHABLE)
-def test_noop_on_patched_text_and_original_recovered(version: str) -> None:
-    result = run(expected(version), version)
-    assert isinstance(result, AlreadyApplied)
-    assert result.original == original(version)
+@pytest.mark.parametrize("version", ["0.6.12", "0.7.0"])
+def test_forwarding_diff_turns_three_arguments_into_keywords(version: str) -> None:
+    diff = render_diff(original(version, FP4), expected(version, FP4, [FORWARDING]), FP4)
+    removed = [
+        line[1:] for line in diff.splitlines() if line.startswith("-") and line[1:4] != "-- "
+    ]
+    added = [line[1:] for line in diff.splitlines() if line.startswith("+") and line[1:4] != "++ "]
+    assert removed == [
+        "        is_sf_swizzled_layout,",
+        "        is_sf_8x4_layout,",
+        "        enable_pdl,",
+    ]
+    assert added == [
+        marker(FORWARDING).rstrip("\n"),
+        "        is_sf_swizzled_layout=is_sf_swizzled_layout,",
+        "        is_sf_8x4_layout=is_sf_8x4_layout,",
+        "        enable_pdl=enable_pdl,",
+    ]
 
 
-def test_noop_when_patched_by_another_fi_patch_version() -> None:
-    text = expected("0.7.4").replace(f"(fi-patch {__version__})", "(fi-patch 0.0.1)")
-    result = run(text, "0.7.4")
-    assert isinstance(result, AlreadyApplied)
-    assert result.original == original("0.7.4")
+@pytest.mark.parametrize("version", ["0.6.12", "0.7.0", "0.7.1", "0.7.4"])
+def test_under_compile_branch_follows_the_docstring(version: str) -> None:
+    """The docstring stays the function's first statement, so `help()` still shows it."""
+    patched = expected(version, FP4, [UNDER_COMPILE])
+    tree = ast.parse(patched)
+    (node,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "fp4_quantize"]
+    assert ast.get_docstring(node) == ast.get_docstring(
+        next(
+            n
+            for n in ast.parse(original(version, FP4)).body
+            if isinstance(n, ast.FunctionDef) and n.name == "fp4_quantize"
+        )
+    )
+    branch = node.body[1]
+    assert isinstance(branch, ast.If)
+    assert "torch.compiler.is_compiling()" in ast.unparse(branch.test)
+    assert "torch.ops.flashinfer.fp4_quantize" in ast.unparse(branch.body[0])
 
 
-@pytest.mark.parametrize("version", ["0.2.14.post1", "0.7.4"])
-def test_crlf_line_endings_are_kept(version: str) -> None:
-    crlf = original(version).replace("\n", "\r\n")
-    result = run(crlf, version)
-    assert isinstance(result, Transformed)
-    assert result.text == expected(version, "\r\n")
+@pytest.mark.parametrize(
+    ("version", "relpath"), [("0.2.14.post1", TARGET), ("0.7.4", TARGET), ("0.7.0", FP4)]
+)
+def test_crlf_line_endings_are_kept(version: str, relpath: str) -> None:
+    crlf = original(version, relpath).replace("\n", "\r\n")
+    result = run(crlf, version, relpath)
+    assert isinstance(result, Composed)
+    assert result.text == expected(version, relpath, newline="\r\n")
 
 
 MUTATIONS = {
@@ -108,6 +174,28 @@ def test_changed_function_is_refused(version: str, mutation: str) -> None:
     assert result.reason
 
 
+FP4_MUTATIONS = {
+    "op-argument-reordered": (
+        "        sf_vec_size,\n        sf_use_ue8m0,\n",
+        "        sf_use_ue8m0,\n        sf_vec_size,\n",
+    ),
+    "branch-already-added-by-hand": (
+        "    if sf_vec_size != 16 and sf_vec_size != 32:\n",
+        "    if torch.compiler.is_compiling():\n        pass\n"
+        "    if sf_vec_size != 16 and sf_vec_size != 32:\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", FP4_MUTATIONS, ids=list(FP4_MUTATIONS))
+def test_changed_fp4_function_is_refused(mutation: str) -> None:
+    old, new = FP4_MUTATIONS[mutation]
+    text = original("0.7.0", FP4)
+    assert old in text
+    result = run(text.replace(old, new, 1), "0.7.0", FP4)
+    assert isinstance(result, Unrecognised)
+
+
 def test_reformatted_function_matches_only_structurally() -> None:
     text = original("0.7.4").replace(
         "    # Try to query nvcc for CUDA version; if nvcc is unavailable, fall back to "
@@ -116,31 +204,22 @@ def test_reformatted_function_matches_only_structurally() -> None:
     )
     assert isinstance(run(text, "0.7.4"), Unrecognised)
     result = run(text, "0.7.4", structural=True)
-    assert isinstance(result, Transformed)
-    assert result.shape.name == "B"
+    assert isinstance(result, Composed)
+    assert result.shapes[CUDA].name == "B"
 
 
 def test_edit_elsewhere_in_the_file_keeps_the_function_patchable() -> None:
     text = original("0.7.4") + "\n# a local note\n"
     result = run(text, "0.7.4")
-    assert isinstance(result, Transformed)
+    assert isinstance(result, Composed)
     assert result.text == expected("0.7.4") + "\n# a local note\n"
-
-
-def test_patched_statements_edited_are_not_already_applied() -> None:
-    text = expected("0.7.4").replace(
-        "return Version(torch.version.cuda)", 'return Version("12.8")', 1
-    )
-    result = run(text, "0.7.4")
-    assert isinstance(result, Unrecognised)
-    assert result.found is not None and 'Version("12.8")' in result.found.text
 
 
 def test_missing_import_is_refused() -> None:
     text = original("0.7.4").replace("from packaging.version import Version\n", "", 1)
     result = run(text, "0.7.4")
     assert isinstance(result, Unrecognised)
-    assert "Version" in result.reason
+    assert "does not import Version, which cuda-version-torch-first uses" in result.reason
 
 
 @pytest.mark.parametrize(
@@ -159,3 +238,67 @@ def test_unrecognisable_texts(text: str, reason: str) -> None:
     result = run(text, "0.7.4")
     assert isinstance(result, Unrecognised)
     assert reason in result.reason
+
+
+# --- the keyword-arguments operation on texts of its own ---------------------------------------
+
+
+def keyword_patch(text: str, function: str = "op") -> Patch:
+    """A patch whose one shape is exactly `text`'s function: the engine's own cases."""
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef))
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    structure = hashlib.sha256(ast.unparse(node).encode()).hexdigest()
+    shape = Shape("S", SpecifierSet("==1.0"), frozenset({digest}), structure, "a test shape")
+    return Patch(
+        id="keywords",
+        summary="s",
+        distribution="d",
+        target="m.py",
+        function=function,
+        operation=KeywordArguments("quantize", 1),
+        shapes=(shape,),
+        not_applicable=(),
+        proof=Proof("p.py", "c"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        pytest.param(
+            "def op(a, b):\n    quantize(a, b)\n    return quantize(a, b)\n",
+            "calls quantize 2 times, not once",
+            id="called-twice",
+        ),
+        pytest.param("def op(a, b):\n    return a\n", "calls quantize 0 times", id="not-called"),
+        pytest.param(
+            "def op(a, b):\n    return quantize(a, b + 1)\n",
+            "does not pass plain names after its first 1 arguments",
+            id="expression-argument",
+        ),
+        pytest.param(
+            "def op(a, b): return quantize(a, b)\n", "body on the def line", id="one-line"
+        ),
+    ],
+)
+def test_keyword_arguments_refuses_what_it_cannot_rewrite(text: str, reason: str) -> None:
+    patch = keyword_patch(text)
+    result = compose(text, [(patch, patch.shapes)], __version__)
+    assert isinstance(result, Unrecognised)
+    assert reason in result.reason
+
+
+def test_keyword_arguments_keeps_comments_and_layout() -> None:
+    text = (
+        "def op(a, b, c):\n    # why\n    y = quantize(a, b,  # note\n                 c)\n"
+        "    return y\n"
+    )
+    patch = keyword_patch(text)
+    result = compose(text, [(patch, patch.shapes)], __version__)
+    assert isinstance(result, Composed)
+    assert result.text == (
+        "def op(a, b, c):\n    # why\n"
+        f"    # fi-patch: keywords (fi-patch {__version__})\n"
+        "    y = quantize(a, b=b,  # note\n                 c=c)\n    return y\n"
+    )
+    libcst.parse_module(result.text)

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from fi_patcher.errors import ExitCode
-from fi_patcher.registry import load_patches
+from fi_patcher.registry import load_patches, span
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -22,15 +22,26 @@ def test_readme_exit_codes_match_the_code() -> None:
     assert [(int(code), name) for code, name in rows] == [(c.value, c.name) for c in ExitCode]
 
 
-def test_patch_catalog_lists_every_shape_and_range() -> None:
+def test_patch_catalog_lists_every_patch_shape_range_and_proof() -> None:
+    """docs/patches.md names exactly the registered patches, each with every shape, range, hash,
+    requirement and proof script."""
     text = (DOCS / "patches.md").read_text()
+    documented = re.findall(r"^## `([a-z0-9-]+)`$", text, re.M)
+    assert documented == [p.id for p in load_patches()]
     for patch in load_patches():
-        assert f"## `{patch.id}`" in text
+        section = text.split(f"## `{patch.id}`", 1)[1].split("\n## ", 1)[0]
+        assert f"`{patch.target}`" in section and f"`{patch.function}`" in section
         for shape in patch.shapes:
-            assert f"| {shape.name} | `{shape.versions}` |" in text
+            assert f"| {shape.name} | {span(shape.versions)} |" in section
             for digest in shape.function_sha256:
-                assert digest in text
-        assert f"| - | `{patch.not_applicable}` |" in text
+                assert digest in section
+        for exemption in patch.not_applicable:
+            assert f"| - | {span(exemption.versions)} |" in section
+        assert f"in_target/proofs/{patch.proof.script}" in section
+        if patch.requires.torch is not None:
+            assert f"torch {patch.requires.torch}" in section
+        for required in patch.requires.patches:
+            assert f"`{required}`" in section
 
 
 def test_every_json_state_is_documented() -> None:

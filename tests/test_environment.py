@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
-from tests.support.cli import fi_patch, state_of
+from tests.support.cli import fi_patch, patch_result, state_of
 from tests.support.venvs import python_of, site_packages
 
 
@@ -43,7 +43,7 @@ def test_python_option_names_the_interpreter(runner: CliRunner, venv_with: MakeV
     venv = venv_with("0.5.0")
     run = fi_patch(runner, "check", "--python", python_of(venv), "--json")
     assert run.code == ExitCode.NEEDS_APPLY
-    assert run.json["results"][0]["state"] == "pristine"
+    assert patch_result(run.json)["state"] == "pristine"
 
 
 def test_several_targets_report_each_and_exit_with_the_highest_code(
@@ -66,17 +66,17 @@ def test_several_targets_report_each_and_exit_with_the_highest_code(
     assert run.code == ExitCode.ENVIRONMENT
     # Every --venv in order, then every --python.
     first, second, third = run.json["results"]
-    assert (first["environment"], first["state"]) == (str(patched), "patched")
+    assert (first["environment"], first["patches"][0]["state"]) == (str(patched), "patched")
     assert second["target"] == f"--venv {missing}"
     assert "no such environment" in second["error"]["message"]
-    assert (third["environment"], third["state"]) == (str(pristine), "pristine")
+    assert (third["environment"], third["patches"][0]["state"]) == (str(pristine), "pristine")
 
     wide = CliRunner(env={"VIRTUAL_ENV": None, "NO_COLOR": "1", "COLUMNS": "250"})
     people = fi_patch(wide, "check", "--venv", patched, "--venv", pristine)
     assert people.code == ExitCode.NEEDS_APPLY
     assert "summary" in people.text
-    assert f"--venv {patched} patched 0" in people.text
-    assert f"--venv {pristine} pristine 3" in people.text
+    assert f"--venv {patched} cuda-version-torch-first patched," in people.text
+    assert f"--venv {pristine} cuda-version-torch-first pristine," in people.text
 
 
 def test_stray_output_from_pth_files_cannot_break_the_probe(
@@ -106,4 +106,4 @@ def test_environment_variables_of_the_caller_do_not_redirect_the_probe(
     )
     assert os.environ.get("PYTHONHOME") is None
     run = fi_patch(runner, "check", "--venv", venv, "--json")
-    assert run.json["results"][0]["state"] == "pristine"
+    assert patch_result(run.json)["state"] == "pristine"

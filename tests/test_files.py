@@ -13,11 +13,11 @@ from typer.testing import CliRunner
 
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
-from tests.support.cli import fi_patch, state_of
+from tests.support.cli import fi_patch, patch_result, state_of
 from tests.support.deps import CUDA_TORCH, shared, use
+from tests.support.expected import expected
 from tests.support.releases import RELEASES, fetch, released_text
 from tests.support.venvs import python_of, reinstall, replace_bytes, site_packages, target_file
-from tests.test_codemod import expected
 
 WHICH_CODE = """
 import importlib.machinery, sys
@@ -127,7 +127,10 @@ def test_edit_elsewhere_in_the_file_is_drift_against_record(
     replace_bytes(target_file(venv), target_file(venv).read_bytes() + b"# local edit\n")
     check = fi_patch(runner, "check", "--venv", venv, "--json")
     assert check.code == ExitCode.DRIFTED
-    assert "differs from RECORD" in check.json["results"][0]["reason"]
+    assert (
+        "get_cuda_version is the original, but the file differs from RECORD"
+        in (patch_result(check.json)["reason"])
+    )
 
 
 def test_revert_refuses_a_file_changed_after_apply_unless_forced(
@@ -157,7 +160,10 @@ def test_patched_file_without_a_record_is_drift(runner: CliRunner, venv_with: Ma
     shutil.rmtree(venv / ".fi-patch")
     check = fi_patch(runner, "check", "--venv", venv, "--json")
     assert check.code == ExitCode.DRIFTED
-    assert "no record" in check.json["results"][0]["reason"]
+    assert (
+        "carries fi-patch's cuda-version-torch-first lines, but fi-patch has no record"
+        in (patch_result(check.json)["reason"])
+    )
 
 
 def test_uv_venv_without_pip_and_uv_cache_links(runner: CliRunner, tmp_path: Path) -> None:

@@ -13,9 +13,10 @@ import pytest
 from fi_patcher import __version__
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
+from tests.support.cli import patch_result
+from tests.support.expected import expected
 from tests.support.tool import build_wheel
 from tests.support.venvs import target_file
-from tests.test_codemod import expected
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +42,18 @@ def test_wheel_ships_the_patches_and_runs(installed_tool: Path, tmp_path: Path) 
     assert version.stdout.strip() == f"fi-patch {__version__}"
     listing = run(installed_tool / "bin" / "fi-patch", "list", "--json", cwd=tmp_path)
     assert listing.returncode == 0, listing.stderr
-    (patch,) = json.loads(listing.stdout)["results"]
-    assert patch["id"] == "cuda-version-torch-first"
-    assert [s["name"] for s in patch["shapes"]] == ["A", "B"]
+    patches = json.loads(listing.stdout)["results"]
+    assert [p["id"] for p in patches] == [
+        "cuda-version-torch-first",
+        "fp4-op-keyword-forwarding",
+        "fp4-quantize-under-compile",
+    ]
+    assert [s["name"] for s in patches[0]["shapes"]] == ["A", "B"]
+    assert [p["proof"]["script"] for p in patches] == [
+        "cuda_version_torch_first.py",
+        "fp4_op_keyword_forwarding.py",
+        "fp4_quantize_under_compile.py",
+    ]
 
 
 def test_installed_tool_patches_another_venv(
@@ -53,7 +63,7 @@ def test_installed_tool_patches_another_venv(
     module = [installed_tool / "bin" / "python", "-m", "fi_patcher"]
     check = run(*module, "check", "--venv", venv, "--json", cwd=tmp_path)
     assert check.returncode == ExitCode.NEEDS_APPLY, check.stderr
-    assert json.loads(check.stdout)["results"][0]["state"] == "pristine"
+    assert patch_result(json.loads(check.stdout))["state"] == "pristine"
 
     apply = run(installed_tool / "bin" / "fi-patch", "apply", "--venv", venv, cwd=tmp_path)
     assert apply.returncode == 0, apply.stderr

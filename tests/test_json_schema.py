@@ -1,4 +1,4 @@
-"""Every command's --json output validates against docs/schema/output-v1.json."""
+"""Every command's --json output validates against docs/schema/output-v2.json."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.conftest import MakeVenv
-from tests.support.cli import fi_patch
+from tests.support.cli import fi_patch, patch_result
+from tests.support.releases import UNDER_COMPILE
 
 SCHEMA = json.loads(
-    (Path(__file__).resolve().parents[1] / "docs" / "schema" / "output-v1.json").read_text()
+    (Path(__file__).resolve().parents[1] / "docs" / "schema" / "output-v2.json").read_text()
 )
 
 
@@ -30,57 +31,72 @@ def test_schema_is_a_valid_schema() -> None:
 def test_every_command_output_validates(
     runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
 ) -> None:
-    venv = venv_with("0.5.0")
+    venv = venv_with("0.7.0")
     documents = [
         fi_patch(runner, "list", "--json"),
         fi_patch(runner, "check", "--venv", venv, "--json"),
         fi_patch(runner, "apply", "--venv", venv, "--dry-run", "--json"),
+        fi_patch(runner, "apply", "--venv", venv, "--patch", UNDER_COMPILE, "--json"),
         fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json"),
         fi_patch(runner, "apply", "--venv", venv, "--json"),
         fi_patch(runner, "check", "--venv", venv, "--venv", tmp_path / "nope", "--json"),
+        fi_patch(
+            runner, "revert", "--venv", venv, "--patch", UNDER_COMPILE, "--no-verify", "--json"
+        ),
         fi_patch(runner, "revert", "--venv", venv, "--json"),
         fi_patch(runner, "revert", "--venv", venv, "--json"),
         fi_patch(runner, "apply", "--venv", tmp_path / "nope", "--json"),
+        fi_patch(runner, "check", "--venv", venv, "--patch", "nope", "--json"),
     ]
     for run in documents:
         document = valid(run.json)
         assert document["exit_code"] == run.code
-    assert documents[-1].json["error"]["kind"] == "EnvironmentProblem"
+    assert documents[3].json["error"]["kind"] == "RequirementUnmet"
+    assert documents[-2].json["error"]["kind"] == "EnvironmentProblem"
+    assert documents[-1].json["error"]["kind"] == "UsageError"
 
 
 def test_verification_output_validates(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.7.4")
     applied = valid(fi_patch(runner, "apply", "--venv", venv, "--json").json)
-    assert set(applied["results"][0]["verification"]) == {"before", "after"}
+    assert set(patch_result(applied)["verification"]) == {"before", "after"}
     checked = valid(fi_patch(runner, "check", "--venv", venv, "--verify", "--json").json)
-    assert checked["results"][0]["verification"]["mode"] == "after"
+    assert patch_result(checked)["verification"]["mode"] == "after"
 
 
 @pytest.mark.parametrize("broken", ["state", "exit_code"])
 def test_schema_rejects_what_fi_patch_never_prints(broken: str) -> None:
-    document = {
-        "schema": 1,
+    document: dict[str, Any] = {
+        "schema": 2,
         "command": "check",
-        "fi_patch_version": "0.1.0",
+        "fi_patch_version": "0.2.0",
         "exit_code": 0,
         "results": [
             {
                 "environment": "/e",
                 "python": "/e/bin/python",
-                "patch": "p",
                 "distribution": "flashinfer-python",
                 "version": "0.7.4",
-                "shape": "B",
-                "file": "/f",
-                "state": "patched",
-                "reason": "r",
-                "sha256": "0" * 64,
                 "exit_code": 0,
+                "patches": [
+                    {
+                        "patch": "p",
+                        "file": "/f",
+                        "function": "f",
+                        "shape": "B",
+                        "state": "patched",
+                        "reason": "r",
+                        "sha256": "0" * 64,
+                        "interrupted": None,
+                        "exit_code": 0,
+                    }
+                ],
             }
         ],
     }
+    valid(document)
     if broken == "state":
-        document["results"][0]["state"] = "half-patched"  # type: ignore[index]
+        document["results"][0]["patches"][0]["state"] = "half-patched"
     else:
         document["exit_code"] = 99
     with pytest.raises(jsonschema.ValidationError):

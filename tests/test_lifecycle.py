@@ -1,8 +1,10 @@
-"""The whole life of a patch on real venvs holding real FlashInfer releases.
+"""The whole life of the patch set on real venvs holding real FlashInfer releases.
 
-For each release: check, dry run, apply (exact bytes), apply again (no-op), check, revert (exact
-original bytes, equal to RECORD's hash), check. 0.2.14.post1, 0.3.1.post1 and 0.4.0 are sdist-only
-releases: their venvs are assembled from the sdist's files and real PKG-INFO (see
+For each release: check, dry run, apply (exact bytes of every file), apply again (no-op), check,
+revert (exact original bytes, equal to RECORD's hash), check. Then what a set of patches adds:
+revert of one patch keeps the others, one patch then the rest gives the bytes of all at once,
+and requirements between patches hold both ways. 0.2.14.post1, 0.3.1.post1 and 0.4.0 are
+sdist-only releases: their venvs are assembled from the sdist's files and real PKG-INFO (see
 tests/support/venvs.py); the others are real wheel installs by pip.
 """
 
@@ -18,26 +20,38 @@ from typer.testing import CliRunner
 
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
-from tests.support.cli import fi_patch, state_of
-from tests.support.releases import RELEASES, TARGET, released_text
+from tests.support.cli import fi_patch, patch_result, states_of
+from tests.support.expected import PATCHES, expected
+from tests.support.releases import (
+    CUDA,
+    FORWARDING,
+    FP4,
+    RELEASES,
+    TARGET,
+    UNDER_COMPILE,
+    released_text,
+)
 from tests.support.venvs import site_packages, target_file
-from tests.test_codemod import expected
 
-PATCHABLE = [v for v, r in RELEASES.items() if r.shape]
+PATCHABLE = [v for v, r in RELEASES.items() if r.shapes]
 
 
-def record_sha256(venv: Path) -> str:
+def record_sha256(venv: Path, relpath: str = TARGET) -> str:
     (info,) = site_packages(venv).glob("flashinfer_python-*.dist-info")
     for line in (info / "RECORD").read_text().splitlines():
         path, digest, _ = line.rsplit(",", 2)
-        if path == TARGET:
+        if path == relpath:
             value = digest.removeprefix("sha256=")
             return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
-    raise AssertionError("RECORD does not list cpp_ext.py")
+    raise AssertionError(f"RECORD does not list {relpath}")
 
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def files_of(version: str) -> list[str]:
+    return sorted({PATCHES[p].target for p in RELEASES[version].shapes})
 
 
 @pytest.mark.parametrize("version", PATCHABLE)
@@ -45,38 +59,52 @@ def test_apply_check_revert_round_trip(
     runner: CliRunner, venv_with: MakeVenv, version: str
 ) -> None:
     venv = venv_with(version)
-    path = target_file(venv)
-    original = released_text(RELEASES[version])
-    assert path.read_bytes() == original
-    assert record_sha256(venv) == sha256(path)
-    assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
+    site = site_packages(venv)
+    applicable = set(RELEASES[version].shapes)
+    for relpath in files_of(version):
+        assert (site / relpath).read_bytes() == released_text(RELEASES[version], relpath)
+        assert record_sha256(venv, relpath) == sha256(site / relpath)
+    states, code = states_of(runner, venv)
+    assert code == ExitCode.NEEDS_APPLY
+    assert {p for p, s in states.items() if s == "pristine"} == applicable
+    assert {p for p, s in states.items() if s == "not-applicable"} == set(states) - applicable
 
     dry = fi_patch(runner, "apply", "--venv", venv, "--dry-run", "--json")
     assert dry.code == ExitCode.OK
     (planned,) = dry.json["results"]
-    assert planned["action"] == "would-apply"
-    assert planned["shape"] == RELEASES[version].shape
-    assert path.read_bytes() == original
+    assert {p["patch"] for p in planned["patches"] if p["action"] == "would-apply"} == applicable
+    for patch in applicable:
+        assert patch_result(dry.json, patch)["shape"] == RELEASES[version].shapes[patch]
+    assert sorted(f["relpath"] for f in planned["files"]) == files_of(version)
     assert not (venv / ".fi-patch").exists()
 
     applied = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
     assert applied.code == ExitCode.OK, applied.stderr
-    assert "applied cuda-version-torch-first" in applied.text
-    assert path.read_bytes() == expected(version).encode("utf-8")
-    assert planned["diff"] in applied.stdout.replace("\r", "")
-    assert state_of(runner, venv) == ("patched", ExitCode.OK)
+    for patch in applicable:
+        assert f"applied {patch} to {PATCHES[patch].target}" in applied.text
+    for relpath in files_of(version):
+        assert (site / relpath).read_bytes() == expected(version, relpath).encode("utf-8")
+    for file in planned["files"]:
+        assert file["diff"] in applied.stdout.replace("\r", "")
+    states, code = states_of(runner, venv)
+    assert code == ExitCode.OK
+    assert {p for p, s in states.items() if s == "patched"} == applicable
 
     again = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
     assert again.code == ExitCode.OK
-    assert again.json["results"][0]["action"] == "already-applied"
-    assert path.read_bytes() == expected(version).encode("utf-8")
+    assert {p["action"] for p in again.json["results"][0]["patches"]} <= {
+        "already-applied",
+        "not-applicable",
+    }
+    assert again.json["results"][0]["files"] == []
 
     reverted = fi_patch(runner, "revert", "--venv", venv)
     assert reverted.code == ExitCode.OK, reverted.stderr
     assert "restored the original bytes" in reverted.text
-    assert path.read_bytes() == original
-    assert sha256(path) == record_sha256(venv)
-    assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
+    for relpath in files_of(version):
+        assert (site / relpath).read_bytes() == released_text(RELEASES[version], relpath)
+        assert sha256(site / relpath) == record_sha256(venv, relpath)
+    assert states_of(runner, venv)[1] == ExitCode.NEEDS_APPLY
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []
 
     nothing = fi_patch(runner, "revert", "--venv", venv)
@@ -88,7 +116,8 @@ def test_apply_check_revert_round_trip(
 def test_not_applicable_release(runner: CliRunner, venv_with: MakeVenv, version: str) -> None:
     venv = venv_with(version)
     before = target_file(venv).read_bytes()
-    assert state_of(runner, venv) == ("not-applicable", ExitCode.OK)
+    states, code = states_of(runner, venv)
+    assert set(states.values()) == {"not-applicable"} and code == ExitCode.OK
     run = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
     assert run.code == ExitCode.OK
     assert "not applicable: nothing to patch" in run.text
@@ -98,19 +127,90 @@ def test_not_applicable_release(runner: CliRunner, venv_with: MakeVenv, version:
 
 def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.6.18.post1")
-    original = target_file(venv).read_bytes()
+    site = site_packages(venv)
+    originals = {f: (site / f).read_bytes() for f in (TARGET, FP4)}
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     store = venv / ".fi-patch"
     assert store.stat().st_mode & 0o777 == 0o700
-    (backup,) = (store / "backups").iterdir()
-    assert backup.read_bytes() == original
-    assert backup.name == hashlib.sha256(original).hexdigest() + ".py"
+    backups = {p.name: p.read_bytes() for p in (store / "backups").iterdir()}
+    assert backups == {hashlib.sha256(b).hexdigest() + ".py": b for b in originals.values()}
     manifest = json.loads((store / "manifest.json").read_text())
-    assert manifest["schema"] == 1
-    (entry,) = manifest["entries"]
-    assert entry["version"] == "0.6.18.post1"
-    assert entry["relpath"] == TARGET
-    assert entry["sha256_before"] == hashlib.sha256(original).hexdigest()
-    assert entry["sha256_after"] == sha256(target_file(venv))
-    assert entry["record_sha256"] == entry["sha256_before"]
-    assert entry["shape"] == "B"
+    assert manifest["schema"] == 2
+    records = {r["relpath"]: r for r in manifest["files"]}
+    assert set(records) == {TARGET, FP4}
+    for relpath, record in records.items():
+        assert record["version"] == "0.6.18.post1"
+        assert record["original"] == hashlib.sha256(originals[relpath]).hexdigest()
+        assert record["record_sha256"] == record["original"]
+        assert record["sha256"] == sha256(site / relpath)
+        assert record["pending"] is None
+    assert [(p["id"], p["shape"]) for p in records[TARGET]["patches"]] == [(CUDA, "B")]
+    assert [(p["id"], p["shape"]) for p in records[FP4]["patches"]] == [
+        (FORWARDING, "positional"),
+        (UNDER_COMPILE, "0.6.13"),
+    ]
+
+
+def test_revert_of_one_patch_keeps_the_others(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.7.0")
+    site = site_packages(venv)
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    run = fi_patch(
+        runner, "revert", "--venv", venv, "--patch", UNDER_COMPILE, "--no-verify", "--json"
+    )
+    assert run.code == ExitCode.OK, run.stdout
+    assert patch_result(run.json, UNDER_COMPILE)["action"] == "reverted"
+    (file,) = run.json["results"][0]["files"]
+    assert (file["relpath"], file["patches"]) == (FP4, [FORWARDING])
+    assert (site / FP4).read_bytes() == expected("0.7.0", FP4, [FORWARDING]).encode()
+    assert (site / TARGET).read_bytes() == expected("0.7.0").encode()
+    states, code = states_of(runner, venv)
+    assert states == {CUDA: "patched", FORWARDING: "patched", UNDER_COMPILE: "pristine"}
+    assert code == ExitCode.NEEDS_APPLY
+
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    for relpath in (TARGET, FP4):
+        assert (site / relpath).read_bytes() == released_text(RELEASES["0.7.0"], relpath)
+
+
+def test_one_patch_then_the_rest_gives_the_bytes_of_all_at_once(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    stepwise, at_once = venv_with("0.7.0"), venv_with("0.7.0")
+    first = fi_patch(runner, "apply", "--venv", stepwise, "--patch", FORWARDING, "--no-verify")
+    assert first.code == ExitCode.OK
+    assert (site_packages(stepwise) / TARGET).read_bytes() == released_text(RELEASES["0.7.0"])
+    assert fi_patch(runner, "apply", "--venv", stepwise, "--no-verify").code == ExitCode.OK
+    assert fi_patch(runner, "apply", "--venv", at_once, "--no-verify").code == ExitCode.OK
+    for relpath in (TARGET, FP4):
+        assert (site_packages(stepwise) / relpath).read_bytes() == (
+            site_packages(at_once) / relpath
+        ).read_bytes()
+
+
+def test_requirements_between_patches(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.7.0")
+    alone = fi_patch(runner, "apply", "--venv", venv, "--patch", UNDER_COMPILE, "--no-verify")
+    assert alone.code == ExitCode.REQUIREMENT
+    assert "fp4-quantize-under-compile requires fp4-op-keyword-forwarding in 0.7.0" in alone.text
+    assert "add --patch fp4-op-keyword-forwarding" in alone.text
+    assert not (venv / ".fi-patch").exists()
+
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    before = (site_packages(venv) / FP4).read_bytes()
+    taken = fi_patch(runner, "revert", "--venv", venv, "--patch", FORWARDING)
+    assert taken.code == ExitCode.REQUIREMENT
+    assert "revert fp4-quantize-under-compile too" in taken.text
+    assert (site_packages(venv) / FP4).read_bytes() == before
+
+
+def test_where_upstream_fixed_the_op_the_branch_needs_nothing_else(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.7.4")
+    run = fi_patch(runner, "apply", "--venv", venv, "--patch", UNDER_COMPILE, "--no-verify")
+    assert run.code == ExitCode.OK, run.text
+    assert (site_packages(venv) / FP4).read_bytes() == expected("0.7.4", FP4).encode()
+    assert (site_packages(venv) / TARGET).read_bytes() == released_text(RELEASES["0.7.4"])
+    states, _ = states_of(runner, venv)
+    assert states == {CUDA: "pristine", FORWARDING: "not-applicable", UNDER_COMPILE: "patched"}

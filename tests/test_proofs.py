@@ -1,8 +1,9 @@
-"""Proof inside the venv: the pre-flight, the real Dynamo trace before and after, and rollback.
+"""Proof inside the venv: the pre-flight, every patch's real proof before and after, rollback.
 
-The trace runs for real: torch 2.14.1 (the CUDA 13.0 build, on the CPU), FlashInfer 0.7.4, this
-machine's nvcc 13.0. The failures are made the way they happen on GPU boxes: a CPU torch, a
-toolkit of another version through CUDA_HOME, no nvcc, and a torch that cannot be imported.
+The proofs run for real, all in one process of the target: torch 2.14.1 (the CUDA 13.0 build,
+on the CPU), real FlashInfer releases, this machine's nvcc 13.0. The failures are made the way
+they happen on GPU boxes: a CPU torch, a toolkit of another version through CUDA_HOME, no nvcc,
+a torch that cannot be imported, a torch too old, and TORCH_COMPILE_DISABLE set by a user.
 """
 
 from __future__ import annotations
@@ -15,19 +16,27 @@ import pytest
 from typer.testing import CliRunner
 
 from fi_patcher.errors import ExitCode
-from fi_patcher.verify import diagnose_packaging, judge_trace
+from fi_patcher.proofs import diagnose_packaging, judge_proof
 from tests.conftest import MakeVenv
-from tests.support.cli import fi_patch, state_of
+from tests.support.cli import fi_patch, patch_result, state_of, states_of
 from tests.support.deps import use
-from tests.support.releases import RELEASES, released_text
-from tests.support.venvs import target_file
-from tests.test_codemod import expected
+from tests.support.expected import expected
+from tests.support.releases import (
+    CUDA,
+    FORWARDING,
+    FP4,
+    RELEASES,
+    TARGET,
+    UNDER_COMPILE,
+    released_text,
+)
+from tests.support.venvs import fp4_file, site_packages, target_file
 
 
-def manifest(venv: Path) -> dict[str, object]:
-    (entry,) = json.loads((venv / ".fi-patch" / "manifest.json").read_text())["entries"]
-    assert isinstance(entry, dict)
-    return entry
+def manifest(venv: Path) -> dict[str, dict[str, object]]:
+    """The manifest's patch records, by patch id."""
+    files = json.loads((venv / ".fi-patch" / "manifest.json").read_text())["files"]
+    return {p["id"]: p for f in files for p in f["patches"]}
 
 
 def toolkit(folder: Path, release: str) -> Path:
@@ -42,39 +51,85 @@ def toolkit(folder: Path, release: str) -> Path:
     return folder
 
 
-def test_apply_proves_the_patch_with_a_real_trace(runner: CliRunner, venv_with: MakeVenv) -> None:
-    venv = venv_with("0.7.4")
+def test_apply_proves_every_patch_with_real_proofs(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.7.0")
     before = fi_patch(runner, "check", "--venv", venv, "--verify", "--json")
     assert before.code == ExitCode.NEEDS_APPLY
-    report = before.json["results"][0]["verification"]
-    assert report["mode"] == "before" and report["passed"] is False
-    assert "Unsupported: Attempted to call function marked as skipped" in report["summary"]
-    assert "get_cuda_path" in report["summary"] and "subprocess.py" in report["summary"]
+    cuda = patch_result(before.json, CUDA)["verification"]
+    assert cuda["mode"] == "before" and cuda["passed"] is False
+    assert "Unsupported: Attempted to call function marked as skipped" in cuda["summary"]
+    assert "get_cuda_path" in cuda["summary"] and "subprocess.py" in cuda["summary"]
+    forwarding = patch_result(before.json, FORWARDING)["verification"]
+    assert forwarding["passed"] is False
+    assert (
+        "is_global_scale_inversed=True: the global scale would be inverted"
+        in (forwarding["summary"])
+    )
+    compiled = patch_result(before.json, UNDER_COMPILE)["verification"]
+    assert compiled["passed"] is False
+    assert (
+        "fails at torch.compile(fullgraph=True) trace of flashinfer.fp4_quantize"
+        in (compiled["summary"])
+    )
+    assert "get_compute_capability" in compiled["summary"]
 
     run = fi_patch(runner, "apply", "--venv", venv, "--json")
     assert run.code == ExitCode.OK, run.stdout
     (result,) = run.json["results"]
-    assert result["action"] == "applied"
     assert result["preflight"]["torch_cuda"] == "13.0"
     assert result["preflight"]["nvcc_version"] == "13.0"
     assert result["preflight"]["mismatch"] is False
-    assert result["verification"]["before"]["passed"] is False
-    assert "get_cuda_version" in result["verification"]["before"]["summary"]
-    after = result["verification"]["after"]
-    assert after["passed"] is True
-    assert "get_cuda_version() = 13.0" in after["summary"]
-    assert "started no process" in after["summary"]
-    assert target_file(venv).read_bytes() == expected("0.7.4").encode()
-    entry = manifest(venv)
-    assert entry["verification"] == "passed"
-    assert entry["torch_cuda"] == "13.0" and entry["nvcc_version"] == "13.0"
+    for patch in (CUDA, FORWARDING, UNDER_COMPILE):
+        done = patch_result(run.json, patch)
+        assert done["action"] == "applied"
+        assert done["verification"]["before"]["passed"] is False
+        assert done["verification"]["after"]["passed"] is True
+    summaries = {
+        p: patch_result(run.json, p)["verification"]["after"]["summary"]
+        for p in (CUDA, FORWARDING, UNDER_COMPILE)
+    }
+    assert "get_cuda_version() = 13.0" in summaries[CUDA]
+    assert "started no process" in summaries[CUDA]
+    assert "passes enable_pdl=True as enable_pdl" in summaries[FORWARDING]
+    assert "one flashinfer.fp4_quantize call" in summaries[UNDER_COMPILE]
+    assert target_file(venv).read_bytes() == expected("0.7.0").encode()
+    assert fp4_file(venv).read_bytes() == expected("0.7.0", FP4).encode()
+    records = manifest(venv)
+    assert {p: r["verification"] for p, r in records.items()} == dict.fromkeys(records, "passed")
+    assert records[CUDA]["torch_cuda"] == "13.0" and records[CUDA]["nvcc_version"] == "13.0"
+    assert records[UNDER_COMPILE]["nvcc_version"] is None
 
     verified = fi_patch(runner, "check", "--venv", venv, "--verify")
-    assert verified.code == ExitCode.OK
-    assert "verification (after the patch): passes" in verified.text
+    assert verified.code == ExitCode.OK, verified.text
+    for patch in (CUDA, FORWARDING, UNDER_COMPILE):
+        assert f"{patch} proof (after the patch): passes" in verified.text
 
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
-    assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.4"])
+    assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.0"])
+    assert fp4_file(venv).read_bytes() == released_text(RELEASES["0.7.0"], FP4)
+
+
+@pytest.mark.parametrize(
+    ("version", "patches"),
+    [
+        ("0.6.12", (FORWARDING, UNDER_COMPILE)),
+        ("0.7.1", (UNDER_COMPILE,)),
+        ("0.7.4", (UNDER_COMPILE,)),
+    ],
+)
+def test_fp4_proofs_on_every_shape(
+    runner: CliRunner, venv_with: MakeVenv, version: str, patches: tuple[str, ...]
+) -> None:
+    """Red before and green after on the first release of each fp4 shape."""
+    venv = venv_with(version)
+    chosen = [x for p in patches for x in ("--patch", p)]
+    run = fi_patch(runner, "apply", "--venv", venv, *chosen, "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    for patch in patches:
+        proofs = patch_result(run.json, patch)["verification"]
+        assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
+    assert fp4_file(venv).read_bytes() == expected(version, FP4).encode()
+    assert target_file(venv).read_bytes() == released_text(RELEASES[version])
 
 
 def test_apply_for_people_says_before_fails_after_passes(
@@ -84,8 +139,12 @@ def test_apply_for_people_says_before_fails_after_passes(
     run = fi_patch(runner, "apply", "--venv", venv)
     assert run.code == ExitCode.OK
     assert "pre-flight: torch 2.14.1+cu130: torch.version.cuda = '13.0'; nvcc 13.0" in run.text
-    assert "before: fails at torch.compile(fullgraph=True) trace: Unsupported" in run.text
-    assert "after: passes" in run.text
+    assert (
+        "cuda-version-torch-first before: fails at torch.compile(fullgraph=True) trace: "
+        "Unsupported" in run.text
+    )
+    assert "cuda-version-torch-first after: passes" in run.text
+    assert "fp4-quantize-under-compile after: passes" in run.text
 
 
 def test_toolkit_mismatch_is_refused_unless_allowed(venv_with: MakeVenv, tmp_path: Path) -> None:
@@ -98,14 +157,31 @@ def test_toolkit_mismatch_is_refused_unless_allowed(venv_with: MakeVenv, tmp_pat
     assert f"{cuda_home}/bin/nvcc" in refused.text and "from $CUDA_HOME" in refused.text
     assert "point CUDA_HOME at a CUDA 13.0 toolkit" in refused.text
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.4"])
+    assert fp4_file(venv).read_bytes() == released_text(RELEASES["0.7.4"], FP4)
 
     allowed = fi_patch(runner, "apply", "--venv", venv, "--allow-mismatch")
     assert allowed.code == ExitCode.OK, allowed.text
     assert "warning: toolkit mismatch" in allowed.text
     assert "proceeding because of --allow-mismatch" in allowed.text
-    assert "after: passes" in allowed.text
-    entry = manifest(venv)
+    assert "cuda-version-torch-first after: passes" in allowed.text
+    entry = manifest(venv)[CUDA]
     assert entry["mismatch_allowed"] is True and entry["nvcc_version"] == "12.4"
+
+
+def test_the_toolkit_pre_flight_belongs_to_get_cuda_version_only(
+    venv_with: MakeVenv, tmp_path: Path
+) -> None:
+    """A mismatched toolkit says nothing about the fp4 patches: they apply, nvcc unasked."""
+    venv = venv_with("0.7.4")
+    cuda_home = toolkit(tmp_path / "cuda-12.4", "12.4")
+    runner = CliRunner(env={"CUDA_HOME": str(cuda_home), "VIRTUAL_ENV": None, "NO_COLOR": "1"})
+    run = fi_patch(
+        runner, "apply", "--venv", venv, "--patch", UNDER_COMPILE, "--no-verify", "--json"
+    )
+    assert run.code == ExitCode.OK, run.stdout
+    preflight = run.json["results"][0]["preflight"]
+    assert preflight["nvcc_checked"] is False and preflight["nvcc_version"] is None
+    assert fp4_file(venv).read_bytes() == expected("0.7.4", FP4).encode()
 
 
 def test_no_nvcc_proceeds_on_torch_alone(venv_with: MakeVenv, tmp_path: Path) -> None:
@@ -119,26 +195,26 @@ def test_no_nvcc_proceeds_on_torch_alone(venv_with: MakeVenv, tmp_path: Path) ->
     assert result["preflight"]["nvcc_version"] is None
     assert any("no nvcc found" in w and "only source" in w for w in result["warnings"])
     assert any("verification skipped" in w for w in result["warnings"])
-    assert manifest(venv)["verification"] == "skipped"
+    assert manifest(venv)[CUDA]["verification"] == "skipped"
 
 
-def broken_torch(folder: Path, init: str) -> Path:
-    """A torch whose version file reads fine and whose import fails, as after a broken upgrade."""
+def fake_torch(folder: Path, init: str, version: str = "2.14.1+cu130") -> Path:
+    """A torch whose version file reads fine and whose import does `init`."""
     package = folder / "torch"
     package.mkdir(parents=True)
-    (package / "version.py").write_text("__version__ = '2.14.1+cu130'\ncuda = '13.0'\n")
+    (package / "version.py").write_text(f"__version__ = '{version}'\ncuda = '13.0'\n")
     (package / "__init__.py").write_text(init)
     return folder
 
 
-def test_failed_verification_rolls_back(
+def test_failed_proofs_roll_back_every_file(
     runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
 ) -> None:
-    venv = venv_with("0.7.4")
-    original = target_file(venv).read_bytes()
+    venv = venv_with("0.7.0")
+    originals = {f: (site_packages(venv) / f).read_bytes() for f in (TARGET, FP4)}
     use(
         venv,
-        broken_torch(
+        fake_torch(
             tmp_path / "broken",
             "raise ImportError("
             "'libcudart.so.13: cannot open shared object file: No such file or directory')\n",
@@ -148,23 +224,53 @@ def test_failed_verification_rolls_back(
     assert run.code == ExitCode.VERIFY_FAILED
     assert "rolled back" in run.text
     assert "libcudart.so.13: cannot open shared object file" in run.text
-    assert (
-        hashlib.sha256(target_file(venv).read_bytes()).digest() == hashlib.sha256(original).digest()
-    )
-    assert json.loads((venv / ".fi-patch" / "manifest.json").read_text())["entries"] == []
+    for relpath, original in originals.items():
+        now = (site_packages(venv) / relpath).read_bytes()
+        assert hashlib.sha256(now).digest() == hashlib.sha256(original).digest()
+    assert json.loads((venv / ".fi-patch" / "manifest.json").read_text())["files"] == []
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []
     assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
+
+
+def test_a_failed_proof_rolls_back_only_the_files_it_covers(
+    venv_with: MakeVenv,
+) -> None:
+    """With TORCH_COMPILE_DISABLE=1 (a user's setting), get_cuda_version's fullgraph trace
+    cannot run, while the op's forwarding needs no compiler: cpp_ext.py is put back, and
+    fp4_quantization.py keeps its proven patch."""
+    venv = venv_with("0.7.0")
+    runner = CliRunner(env={"TORCH_COMPILE_DISABLE": "1", "VIRTUAL_ENV": None, "NO_COLOR": "1"})
+    run = fi_patch(
+        runner, "apply", "--venv", venv, "--patch", CUDA, "--patch", FORWARDING, "--json"
+    )
+    assert run.code == ExitCode.VERIFY_FAILED
+    (result,) = run.json["results"]
+    assert "the proof of cuda-version-torch-first" in result["error"]["message"]
+    assert f"{target_file(venv)} (cuda-version-torch-first)" in result["error"]["message"]
+    assert str(fp4_file(venv)) not in result["error"]["message"]
+    assert patch_result(run.json, CUDA)["action"] == "rolled-back"
+    assert patch_result(run.json, FORWARDING)["action"] == "applied"
+    assert {f["relpath"]: f["action"] for f in result["files"]} == {
+        TARGET: "rolled-back",
+        FP4: "written",
+    }
+    assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.0"])
+    assert fp4_file(venv).read_bytes() == expected("0.7.0", FP4, [FORWARDING]).encode()
+    states, _ = states_of(CliRunner(env={"VIRTUAL_ENV": None}), venv)
+    assert states == {CUDA: "pristine", FORWARDING: "patched", UNDER_COMPILE: "pristine"}
 
 
 def test_verification_timeout_rolls_back(
     runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
 ) -> None:
     venv = venv_with("0.7.4")
-    use(venv, broken_torch(tmp_path / "slow", "import time\ntime.sleep(60)\n"))
+    use(venv, fake_torch(tmp_path / "slow", "import time\ntime.sleep(60)\n"))
     run = fi_patch(runner, "apply", "--venv", venv, "--verify-timeout", "2")
     assert run.code == ExitCode.VERIFY_FAILED
     assert "did not finish" in run.text and "within 2 s" in run.text
+    assert "raise --verify-timeout" in run.text
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.4"])
+    assert fp4_file(venv).read_bytes() == released_text(RELEASES["0.7.4"], FP4)
 
 
 def test_check_verify_flags_a_patch_that_no_longer_works(
@@ -172,18 +278,50 @@ def test_check_verify_flags_a_patch_that_no_longer_works(
 ) -> None:
     venv = venv_with("0.7.4")
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
-    use(venv, broken_torch(tmp_path / "broken", "raise ImportError('torch is broken')\n"))
+    use(venv, fake_torch(tmp_path / "broken", "raise ImportError('torch is broken')\n"))
     run = fi_patch(runner, "check", "--venv", venv, "--verify")
     assert run.code == ExitCode.VERIFY_FAILED
-    assert "verification (after the patch): fails at import torch" in run.text
+    assert "cuda-version-torch-first proof (after the patch): fails at import torch" in run.text
     assert "torch is broken" in run.text
 
 
+def test_a_torch_too_old_leaves_the_branch_out_or_refuses_it(
+    runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
+) -> None:
+    venv = venv_with("0.7.0")
+    use(venv, fake_torch(tmp_path / "old", "raise ImportError('old')\n", "2.3.1+cu130"))
+    named = fi_patch(
+        runner,
+        "apply",
+        "--venv",
+        venv,
+        "--patch",
+        FORWARDING,
+        "--patch",
+        UNDER_COMPILE,
+        "--no-verify",
+    )
+    assert named.code == ExitCode.REQUIREMENT
+    assert "fp4-quantize-under-compile needs torch >=2.4" in named.text
+    assert "torch 2.3.1+cu130" in named.text
+    assert not (venv / ".fi-patch").exists()
+
+    run = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    left = patch_result(run.json, UNDER_COMPILE)
+    assert left["action"] == "left-out" and "needs torch >=2.4" in left["message"]
+    assert patch_result(run.json, FORWARDING)["action"] == "applied"
+    assert any(
+        "fp4-quantize-under-compile left out" in w for w in run.json["results"][0]["warnings"]
+    )
+    assert fp4_file(venv).read_bytes() == expected("0.7.0", FP4, [FORWARDING]).encode()
+
+
 PACKAGING_FAILURE = {
+    "patch": CUDA,
     "mode": "after",
     "stage": "torch.compile(fullgraph=True) trace",
-    "torch_version": "2.6.0",
-    "packaging_version": "26.1",
+    "problems": [],
     "error": {
         "type": "torch._dynamo.exc.Unsupported",
         "message": "call_method UserDefinedObjectVariable(frozenset) issuperset",
@@ -204,13 +342,9 @@ PACKAGING_FAILURE = {
 def test_old_torch_with_new_packaging_is_named_exactly(
     torch_version: str, packaging_version: str, named: bool
 ) -> None:
-    facts = {
-        **PACKAGING_FAILURE,
-        "torch_version": torch_version,
-        "packaging_version": packaging_version,
-    }
-    diagnosis = diagnose_packaging(facts)
+    process = {"torch_version": torch_version, "packaging_version": packaging_version}
+    diagnosis = diagnose_packaging({**process, **PACKAGING_FAILURE})
     assert (diagnosis is not None) is named
-    report = judge_trace(facts)
+    report = judge_proof(PACKAGING_FAILURE, process)
     assert not report.passed
     assert ("install packaging<26.1" in report.summary) is named

@@ -66,12 +66,15 @@ def _mount(*arguments: str | Path) -> None:
 
 # Runs fi-patch's real CLI in a child process that SIGKILLs itself at one step of the write
 # protocol. The hooks wrap fi-patch's own functions; nothing in fi-patch knows about them.
+# Target files are counted in the order they are replaced: `after-replace` is after the first,
+# `after-replace-2` after the second.
 KILLER = r"""
 import os, signal, sys
 from fi_patcher import store
 point, arguments = sys.argv[1], sys.argv[2:]
-target = "cpp_ext.py"
+targets = ("cpp_ext.py", "fp4_quantization.py")
 saves = [0]
+replaces = [0]
 
 def kill():
     os.kill(os.getpid(), signal.SIGKILL)
@@ -98,18 +101,62 @@ store.Store.save = hooked_save
 
 replace = os.replace
 def hooked_replace(source, destination):
-    mine = os.fspath(destination).endswith(target)
+    mine = os.fspath(destination).endswith(targets)
     if mine and point == "after-temp-write":
         kill()
     replace(source, destination)
-    if mine and point == "after-replace":
-        kill()
+    if mine:
+        replaces[0] += 1
+        if point in ("after-replace-%d" % replaces[0], "after-replace" if replaces[0] == 1 else ""):
+            kill()
 os.replace = hooked_replace
 
 sys.argv = ["fi-patch", *arguments]
 from fi_patcher.cli import main
 main()
 """
+
+# Runs fi-patch's real CLI in a child process whose writes fail where a sick disk fails them:
+# the sync of a target's folder after its file was replaced (`fsync-once`: the first time only;
+# `fsync-always`: every time), and with `fsync-then-full`, also every temporary file created
+# beside a target after that (ENOSPC), so that putting the old bytes back fails too.
+FAULTY = r"""
+import errno, os, sys, tempfile
+from pathlib import Path
+from fi_patcher import store
+fault, arguments = sys.argv[1], sys.argv[2:]
+targets = ("jit", "quantization")
+failed = [0]
+
+fsync_folder = store._fsync_folder
+def sick_fsync(folder):
+    if Path(folder).name in targets and (fault != "fsync-once" or not failed[0]):
+        failed[0] += 1
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    fsync_folder(folder)
+store._fsync_folder = sick_fsync
+
+mkstemp = tempfile.mkstemp
+def full_mkstemp(*args, **kwargs):
+    folder = Path(kwargs.get("dir") or "")
+    if fault == "fsync-then-full" and failed[0] and folder.name in targets:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return mkstemp(*args, **kwargs)
+tempfile.mkstemp = full_mkstemp
+
+sys.argv = ["fi-patch", *arguments]
+from fi_patcher.cli import main
+main()
+"""
+
+
+def faulty(fault: str, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", FAULTY, fault, *map(str, arguments)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def killed(point: str, *arguments: str | Path) -> subprocess.CompletedProcess[str]:

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.faults.support import sha256
-from tests.support.cli import state_of
+from tests.support.cli import patch_result, state_of
+from tests.support.expected import expected
 from tests.support.releases import RELEASES, released_text
 from tests.support.venvs import target_file
-from tests.test_codemod import expected
 
 VERSION = "0.5.0"
 
@@ -35,7 +35,7 @@ def test_eight_concurrent_applies_write_once(runner: CliRunner, venv_with: MakeV
     processes = [start("apply", "--venv", venv, "--no-verify", "--json") for _ in range(8)]
     outcomes = [p.communicate(timeout=300) for p in processes]
     assert [p.returncode for p in processes] == [0] * 8, [err for _, err in outcomes]
-    actions = sorted(json.loads(out)["results"][0]["action"] for out, _ in outcomes)
+    actions = sorted(patch_result(json.loads(out))["action"] for out, _ in outcomes)
     assert actions == ["already-applied"] * 7 + ["applied"]
     assert target_file(venv).read_bytes() == expected(VERSION).encode()
     compile(target_file(venv).read_bytes(), str(target_file(venv)), "exec")

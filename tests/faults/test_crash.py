@@ -12,17 +12,18 @@ import hashlib
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
-from tests.faults.support import killed, sha256, stale_temporaries
-from tests.support.cli import fi_patch, state_of
-from tests.support.releases import RELEASES, released_text
-from tests.support.venvs import target_file
-from tests.test_codemod import expected
+from tests.faults.support import faulty, killed, sha256, stale_temporaries
+from tests.support.cli import fi_patch, patch_result, state_of, states_of
+from tests.support.expected import expected
+from tests.support.releases import FP4, RELEASES, TARGET, released_text
+from tests.support.venvs import fp4_file, target_file
 
 VERSION = "0.5.0"
 ORIGINAL = hashlib.sha256(released_text(RELEASES[VERSION])).hexdigest()
@@ -46,11 +47,11 @@ REVERT_STEPS = {
 }
 
 
-def entries(venv: Path) -> list[dict[str, object]]:
+def records(venv: Path) -> list[dict[str, Any]]:
     manifest = venv / ".fi-patch" / "manifest.json"
     if not manifest.exists():
         return []
-    found = json.loads(manifest.read_text())["entries"]
+    found = json.loads(manifest.read_text())["files"]
     assert isinstance(found, list)
     return found
 
@@ -71,8 +72,9 @@ def test_apply_killed(runner: CliRunner, venv_with: MakeVenv, step: str) -> None
     assert sha256(target_file(venv)) == PATCHED
     assert stale_temporaries(venv) == []
     assert state_of(runner, venv) == ("patched", ExitCode.OK)
-    (entry,) = entries(venv)
-    assert entry["status"] == "applied"
+    (record,) = records(venv)
+    assert record["pending"] is None
+    assert [p["id"] for p in record["patches"]] == ["cuda-version-torch-first"]
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert sha256(target_file(venv)) == ORIGINAL
 
@@ -91,7 +93,7 @@ def test_revert_killed(runner: CliRunner, venv_with: MakeVenv, step: str) -> Non
     assert finished.code == ExitCode.OK, finished.text
     assert sha256(target_file(venv)) == ORIGINAL
     assert stale_temporaries(venv) == []
-    assert entries(venv) == []
+    assert records(venv) == []
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []
     assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
 
@@ -104,7 +106,7 @@ def test_interrupted_revert_can_be_finished_by_apply(
     assert killed("after-manifest-1", "revert", "--venv", venv).returncode == -signal.SIGKILL
     run = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
     assert run.code == ExitCode.OK
-    assert run.json["results"][0]["action"] == "finished"
+    assert patch_result(run.json)["action"] == "finished"
     assert state_of(runner, venv) == ("patched", ExitCode.OK)
 
 
@@ -117,3 +119,101 @@ def test_check_names_the_interrupted_command(runner: CliRunner, venv_with: MakeV
     finished = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
     assert finished.code == ExitCode.OK
     assert "finished the interrupted apply" in finished.text
+
+
+# --- two files in one apply ---------------------------------------------------------------------
+
+BOTH = "0.7.0"
+# step -> (cpp_ext.py patched?, fp4_quantization.py patched?) right after the kill. The apply
+# writes cpp_ext.py, then fp4_quantization.py (registry order), each through its transaction.
+BETWEEN = {
+    "after-replace-1": (True, False),
+    "after-manifest-2": (True, False),
+    "after-replace-2": (True, True),
+}
+
+
+def _left(venv: Path) -> tuple[bool, bool]:
+    """Which of the two files hold fi-patch's bytes; each must be exactly one of two texts."""
+    found = []
+    for path, relpath in ((target_file(venv), TARGET), (fp4_file(venv), FP4)):
+        now = path.read_bytes()
+        assert now in (
+            released_text(RELEASES[BOTH], relpath),
+            expected(BOTH, relpath).encode(),
+        ), f"{relpath} is neither the original nor fi-patch's text"
+        found.append(now == expected(BOTH, relpath).encode())
+    return found[0], found[1]
+
+
+@pytest.mark.parametrize("step", BETWEEN)
+def test_apply_of_two_files_killed_between_them_is_finished(
+    runner: CliRunner, venv_with: MakeVenv, step: str
+) -> None:
+    venv = venv_with(BOTH)
+    child = killed(step, "apply", "--venv", venv, "--no-verify")
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert _left(venv) == BETWEEN[step]
+    assert states_of(runner, venv)[1] == ExitCode.NEEDS_APPLY
+
+    finished = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
+    assert finished.code == ExitCode.OK, finished.text
+    assert _left(venv) == (True, True)
+    states, code = states_of(runner, venv)
+    assert set(states.values()) == {"patched"} and code == ExitCode.OK
+    assert all(r["pending"] is None for r in records(venv))
+
+
+@pytest.mark.parametrize("step", BETWEEN)
+def test_apply_of_two_files_killed_between_them_is_undone_by_revert(
+    runner: CliRunner, venv_with: MakeVenv, step: str
+) -> None:
+    venv = venv_with(BOTH)
+    assert killed(step, "apply", "--venv", venv, "--no-verify").returncode == -signal.SIGKILL
+    reverted = fi_patch(runner, "revert", "--venv", venv)
+    assert reverted.code == ExitCode.OK, reverted.text
+    assert _left(venv) == (False, False)
+    assert records(venv) == []
+    assert list((venv / ".fi-patch" / "backups").iterdir()) == []
+
+
+# --- a write that fails after its replace -------------------------------------------------------
+
+
+def test_fsync_failure_after_the_replace_puts_the_old_bytes_back(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    """The folder's sync fails once (EIO) after the new file is in place: the old bytes go
+    back, the record and the backup with them, and the command says what failed."""
+    venv = venv_with(VERSION)
+    child = faulty("fsync-once", "apply", "--venv", venv, "--no-verify")
+    assert child.returncode == ExitCode.WRITE, child.stderr
+    assert f"cannot write {target_file(venv)}: Input/output error" in " ".join(child.stderr.split())
+    assert sha256(target_file(venv)) == ORIGINAL
+    assert records(venv) == []
+    assert list((venv / ".fi-patch" / "backups").iterdir()) == []
+    assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
+
+
+def test_fsync_failure_that_cannot_be_undone_keeps_the_backup(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    """The sync fails, then the disk is full when the old bytes should go back: the file keeps
+    fi-patch's bytes, so its backup and journal entry must stay, and the next command uses them."""
+    venv = venv_with(VERSION)
+    child = faulty("fsync-then-full", "apply", "--venv", venv, "--no-verify")
+    assert child.returncode == ExitCode.WRITE, child.stderr
+    said = " ".join(child.stderr.split())
+    assert "holds fi-patch's new bytes, and putting the old ones back failed too" in said
+    assert "No space left on device" in said and "fi-patch revert" in said
+    assert sha256(target_file(venv)) == PATCHED
+    (backup,) = (venv / ".fi-patch" / "backups").iterdir()
+    assert backup.read_bytes() == released_text(RELEASES[VERSION])
+    (record,) = records(venv)
+    assert record["pending"]["action"] == "apply"
+    assert state_of(runner, venv) == ("patched", ExitCode.NEEDS_APPLY)
+
+    reverted = fi_patch(runner, "revert", "--venv", venv)
+    assert reverted.code == ExitCode.OK, reverted.text
+    assert sha256(target_file(venv)) == ORIGINAL
+    assert list((venv / ".fi-patch" / "backups").iterdir()) == []

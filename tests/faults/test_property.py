@@ -2,9 +2,10 @@
 
 Hypothesis mutates FlashInfer's real cpp_ext.py (downloaded at test time): renamed names,
 inserted statements, comments, blank lines, extra decorators, changed strings. Whatever it makes,
-the engine either patches it correctly (only fi-patch's lines added, the result compiles, a second
-apply is a no-op, and removing the patch gives back the input exactly) or refuses it; and it never
-refuses a file whose function is byte-identical to the release's and that still parses.
+the engine either patches it correctly (only fi-patch's lines added, the result compiles,
+removing them gives back the input exactly, and the patched text is never patched again) or
+refuses it; and it never refuses a file whose function is byte-identical to the release's and
+that still parses.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fi_patcher import __version__
-from fi_patcher.codemod import AlreadyApplied, Transformed, Unrecognised, transform
+from fi_patcher.codemod import Composed, Unrecognised, compose
 from fi_patcher.recognise import function_hashes
-from fi_patcher.registry import load_patches, select
+from fi_patcher.registry import fit, load_patches
+from tests.support.expected import OWN_LINES
 from tests.support.releases import RELEASES, released_text
-from tests.test_codemod import OWN_LINES
 
 PATCH = load_patches()[0]
 # 600 for each of two releases: 1200 examples in CI.
@@ -97,7 +98,7 @@ def parses(text: str) -> bool:
 @pytest.mark.parametrize("version", ["0.2.14.post1", "0.7.4"])
 def test_mutations_are_patched_correctly_or_refused(version: str) -> None:
     original = released_text(RELEASES[version]).decode("utf-8")
-    shape = select(PATCH, version).shape
+    shape = fit(PATCH, version).shape
     assert shape is not None
 
     @settings(
@@ -111,20 +112,18 @@ def test_mutations_are_patched_correctly_or_refused(version: str) -> None:
         text = original
         for kind, where, payload in mutations:
             text = mutate(text, kind, where, payload)
-        result = transform(text, PATCH, (shape,), __version__)
+        result = compose(text, [(PATCH, (shape,))], __version__)
         hashes = function_hashes(text, PATCH.function)
         identical = hashes is not None and hashes[0] in shape.function_sha256
-        assert not isinstance(result, AlreadyApplied)
         if isinstance(result, Unrecognised):
             assert not (identical and parses(text)), result.reason
             return
-        assert isinstance(result, Transformed)
+        assert isinstance(result, Composed)
         assert identical
         assert result.text.count("".join(OWN_LINES)) == 1
         assert result.text.replace("".join(OWN_LINES), "", 1) == text
         compile(result.text, "cpp_ext.py", "exec", dont_inherit=True)
-        again = transform(result.text, PATCH, (shape,), __version__)
-        assert isinstance(again, AlreadyApplied)
-        assert again.original == text
+        again = compose(result.text, [(PATCH, (shape,))], __version__)
+        assert isinstance(again, Unrecognised)
 
     check()

@@ -21,8 +21,9 @@ from typer.testing import CliRunner
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.faults.support import expect, fill, mounted, sha256, stale_temporaries
-from tests.support.cli import Run, fi_patch, state_of
+from tests.support.cli import Run, fi_patch, patch_result, state_of
 from tests.support.deps import CPU_TORCH, shared, use
+from tests.support.expected import expected
 from tests.support.releases import RELEASES, TARGET, released_text
 from tests.support.venvs import (
     create_venv,
@@ -33,7 +34,6 @@ from tests.support.venvs import (
     site_packages,
     target_file,
 )
-from tests.test_codemod import expected
 
 ORIGINAL_074 = hashlib.sha256(released_text(RELEASES["0.7.4"])).hexdigest()
 
@@ -179,17 +179,17 @@ def test_unknown_flashinfer_version(runner: CliRunner, venv_with: MakeVenv) -> N
         "refusing to patch: 0.6.0rc1 is outside every known range",
         "installed: flashinfer-python 0.6.0rc1",
         f"file: {target_file(venv)}",
-        "shape B <=0.7.4,>=0.4.0",
+        "shape B 0.4.0 \u2013 0.7.4",
         "`apply --force` patches an unknown version only where",
     )
     assert sha256(target_file(venv)) == before
 
     forced = _apply(runner, venv, "--force", "--json")
     expect(forced, ExitCode.OK)
-    assert forced.json["results"][0]["action"] == "applied"
+    assert patch_result(forced.json)["action"] == "applied"
     assert state_of(runner, venv) == ("patched", ExitCode.OK)
-    entry = json.loads((venv / ".fi-patch" / "manifest.json").read_text())["entries"][0]
-    assert entry["forced"] is True
+    (record,) = json.loads((venv / ".fi-patch" / "manifest.json").read_text())["files"]
+    assert record["patches"][0]["forced"] is True
     expect(fi_patch(runner, "revert", "--venv", venv), ExitCode.OK)
     assert sha256(target_file(venv)) == before
 
@@ -329,7 +329,7 @@ def test_target_folder_read_only(runner: CliRunner, venv_with: MakeVenv) -> None
         )
         assert sha256(target_file(venv)) == ORIGINAL_074
         assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
-    assert json.loads((venv / ".fi-patch" / "manifest.json").read_text())["entries"] == []
+    assert json.loads((venv / ".fi-patch" / "manifest.json").read_text())["files"] == []
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []
 
 
@@ -392,7 +392,8 @@ def test_venv_path_given_through_a_symlink(
     ("manifest", "message"),
     [
         pytest.param("{not json", "is corrupt", id="corrupted"),
-        pytest.param('{"schema": 1, "entries": [{"x": 1}]}', "is corrupt", id="bad-entry"),
+        pytest.param('{"schema": 2, "files": [{"x": 1}]}', "is corrupt", id="bad-entry"),
+        pytest.param('{"schema": 1, "entries": [{"x": 1}]}', "is corrupt", id="bad-old-entry"),
     ],
 )
 def test_manifest_corrupted(
@@ -417,13 +418,13 @@ def test_manifest_from_a_newer_schema(runner: CliRunner, venv_with: MakeVenv) ->
     venv = venv_with("0.5.0")
     before = sha256(target_file(venv))
     (venv / ".fi-patch").mkdir()
-    (venv / ".fi-patch" / "manifest.json").write_text('{"schema": 99, "entries": []}')
+    (venv / ".fi-patch" / "manifest.json").write_text('{"schema": 99, "files": []}')
     for command in ("check", "apply", "revert"):
         run = fi_patch(runner, command, "--venv", venv)
         expect(
             run,
             ExitCode.STORE,
-            "was written by a newer fi-patch (schema 99; this fi-patch reads 1)",
+            "was written by a newer fi-patch (schema 99; this fi-patch reads 2)",
             "upgrade fi-patch",
         )
     assert sha256(target_file(venv)) == before
@@ -470,7 +471,7 @@ def test_manifest_naming_a_path_outside_the_environment(
     patched = sha256(target_file(venv))
     manifest = venv / ".fi-patch" / "manifest.json"
     data = json.loads(manifest.read_text())
-    data["entries"][0]["relpath"] = "../../../../etc/passwd"
+    data["files"][0]["relpath"] = "../../../../etc/passwd"
     manifest.write_text(json.dumps(data))
     run = fi_patch(runner, "revert", "--venv", venv)
     expect(run, ExitCode.STORE, "the manifest names an unsafe path '../../../../etc/passwd'")

@@ -10,6 +10,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from fi_patcher.cli import app
+from tests.support.releases import CUDA
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,21 @@ def fi_patch(runner: CliRunner, *arguments: str | Path) -> Run:
     return Run(result.exit_code, result.stdout, result.stderr)
 
 
-def state_of(runner: CliRunner, venv: Path) -> tuple[str, int]:
+def states_of(runner: CliRunner, venv: Path) -> tuple[dict[str, str], int]:
+    """Every patch's state in `venv`, and `check`'s exit code."""
     run = fi_patch(runner, "check", "--venv", venv, "--json")
     (result,) = run.json["results"]
     assert result["exit_code"] == run.code == run.json["exit_code"]
-    return result["state"], run.code
+    return {p["patch"]: p["state"] for p in result["patches"]}, run.code
+
+
+def state_of(runner: CliRunner, venv: Path, patch: str = CUDA) -> tuple[str, int]:
+    """One patch's state (get_cuda_version's by default), and `check`'s exit code."""
+    states, code = states_of(runner, venv)
+    return states[patch], code
+
+
+def patch_result(document: Any, patch: str = CUDA) -> Any:
+    """One patch's object in a single target's `--json` document."""
+    (result,) = document["results"]
+    return next(p for p in result["patches"] if p["patch"] == patch)

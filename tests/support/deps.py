@@ -18,8 +18,9 @@ from tests.support.releases import CACHE
 from tests.support.venvs import site_packages
 
 # torch 2.14.1 is the CUDA 13.0 build: it imports without a GPU and reports torch.version.cuda
-# "13.0", matching this machine's nvcc. The rest is what `import flashinfer` needs on a CPU
-# (../shared/research/flashinfer.md, section 5).
+# "13.0", matching this machine's nvcc. The rest is what `import flashinfer` and its FP4 module
+# `flashinfer.quantization.fp4_quantization` need on a CPU (../shared/research/flashinfer.md,
+# section 5).
 CUDA_TORCH = (
     "torch==2.14.1",
     "apache-tvm-ffi<0.2",
@@ -28,6 +29,11 @@ CUDA_TORCH = (
     "requests",
     "nvidia-ml-py",
     "tqdm",
+    "click",
+    "einops",
+    "ninja",
+    "tabulate",
+    "filelock",
 )
 CPU_TORCH = ("torch==2.13.0",)
 PTH = "_fi_patch_test_torch.pth"

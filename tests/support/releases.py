@@ -16,10 +16,18 @@ import zipfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
 
 INDEX = "https://pypi.org/simple/flashinfer-python/"
 CACHE = Path(os.environ.get("FI_PATCH_TEST_CACHE", Path.home() / ".cache" / "fi-patch-tests"))
 TARGET = "flashinfer/jit/cpp_ext.py"
+FP4 = "flashinfer/quantization/fp4_quantization.py"
+
+CUDA = "cuda-version-torch-first"
+FORWARDING = "fp4-op-keyword-forwarding"
+UNDER_COMPILE = "fp4-quantize-under-compile"
 
 
 @dataclass(frozen=True)
@@ -28,16 +36,28 @@ class Release:
     kind: str
     """wheel | sdist: shape-A and 0.4.x releases were published as sdists only."""
     shape: str | None
-    """A or B where the registry patches it, None where it does not."""
+    """The shape of get_cuda_version the registry patches (A, B), None where it does not."""
     def_line: int | None = None
     """Line of `def get_cuda_version` in the released cpp_ext.py."""
     file_sha256_prefix: str | None = None
     """sha256[:12] of the released cpp_ext.py, from ../shared/research/flashinfer.md."""
+    forwarding: str | None = None
+    """The shape of the op's `_fp4_quantize_custom_op` the registry patches, if any."""
+    under_compile: str | None = None
+    """The shape of the public `fp4_quantize` the registry patches, if any."""
+    fp4_sha256_prefix: str | None = None
+    """sha256[:12] of the released flashinfer/quantization/fp4_quantization.py."""
 
     @property
     def filename(self) -> str:
         stem = f"flashinfer_python-{self.version}"
         return f"{stem}-py3-none-any.whl" if self.kind == "wheel" else f"{stem}.tar.gz"
+
+    @property
+    def shapes(self) -> dict[str, str]:
+        """The shape of each patch the registry applies to this release, by patch id."""
+        found = {CUDA: self.shape, FORWARDING: self.forwarding, UNDER_COMPILE: self.under_compile}
+        return {patch: shape for patch, shape in found.items() if shape is not None}
 
 
 RELEASES = {
@@ -49,8 +69,16 @@ RELEASES = {
         Release("0.3.1.post1", "sdist", "A", 38, "7d2448f60f32"),
         Release("0.4.0", "sdist", "B", 59, "81a4bc7476d9"),
         Release("0.5.0", "wheel", "B", 64, "78e065fa92fb"),
-        Release("0.6.18.post1", "wheel", "B", 68, "c2ebe90fa1dd"),
-        Release("0.7.4", "wheel", "B", 68, "6cc6c732ac5b"),
+        # The first release with the op: both fp4 patches, each in its first shape.
+        Release("0.6.12", "wheel", "B", 68, "9d20f28baed9", "positional", "0.6.12", "1a7e1c556fa8"),
+        Release(
+            "0.6.18.post1", "wheel", "B", 68, "c2ebe90fa1dd", "positional", "0.6.13", "a003e182bf96"
+        ),
+        # The last release whose op forwards positionally.
+        Release("0.7.0", "wheel", "B", 68, "dd806d68794d", "positional", "0.6.13", "02770b24a2c5"),
+        # Upstream forwards by keyword from here: the forwarding patch does not apply.
+        Release("0.7.1", "wheel", "B", 68, "6cc6c732ac5b", None, "0.7.1", "c3fa702c5637"),
+        Release("0.7.4", "wheel", "B", 68, "6cc6c732ac5b", None, "0.7.4", "d39602926b0b"),
         # A real pre-release: outside every range, yet its function is shape B.
         Release("0.6.0rc1", "wheel", None, 64, None),
     )
@@ -58,13 +86,32 @@ RELEASES = {
 
 
 @cache
-def _index() -> dict[str, dict[str, object]]:
+def _listing() -> dict[str, Any]:
+    """The index's page for flashinfer-python (PEP 691 JSON); the last one read is kept in the
+    cache, for a run without network."""
+    saved = CACHE / "index.json"
     request = urllib.request.Request(
         INDEX, headers={"Accept": "application/vnd.pypi.simple.v1+json"}
     )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        files = json.load(response)["files"]
-    return {f["filename"]: f for f in files}
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            data = response.read()
+    except OSError:
+        return dict(json.loads(saved.read_bytes()))
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.with_suffix(".part").write_bytes(data)
+    saved.with_suffix(".part").replace(saved)
+    return dict(json.loads(data))
+
+
+def _index() -> dict[str, dict[str, object]]:
+    return {f["filename"]: f for f in _listing()["files"]}
+
+
+def final_versions() -> list[str]:
+    """Every final (not pre-) release of flashinfer-python on the index, lowest first."""
+    versions = {Version(v) for v in _listing()["versions"]}
+    return [str(v) for v in sorted(versions) if not v.is_prerelease]
 
 
 def fetch(release: Release) -> Path:
@@ -92,9 +139,9 @@ def fetch(release: Release) -> Path:
     return path
 
 
-def released_text(release: Release) -> bytes:
-    """The exact bytes of cpp_ext.py in the released file."""
-    return released_files(release)[TARGET]
+def released_text(release: Release, relpath: str = TARGET) -> bytes:
+    """The exact bytes of one file (cpp_ext.py by default) in the released archive."""
+    return released_files(release)[relpath]
 
 
 @cache

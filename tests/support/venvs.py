@@ -25,7 +25,7 @@ import sys
 import venv as venv_module
 from pathlib import Path
 
-from tests.support.releases import TARGET, Release, fetch, released_files
+from tests.support.releases import FP4, TARGET, Release, fetch, released_files
 
 
 def create_venv(path: Path) -> Path:
@@ -111,3 +111,7 @@ def replace_bytes(path: Path, data: bytes) -> None:
 
 def target_file(venv: Path) -> Path:
     return site_packages(venv) / TARGET
+
+
+def fp4_file(venv: Path) -> Path:
+    return site_packages(venv) / FP4
