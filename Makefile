@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint demo bench clean
+.PHONY: dev test lint demo bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,14 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+# On a machine with a GPU: apply every patch to TARGET (a venv with torch and FlashInfer), then
+# compare compiled fp4_quantize with eager and replay it in a CUDA graph. CI never runs it.
+gpu-check: $(STAMP)
+	@test -n "$(TARGET)" || { echo "usage: make gpu-check TARGET=/path/to/venv" >&2; exit 2; }
+	$(BIN)/fi-patch apply --venv $(TARGET)
+	@mkdir -p build
+	$(TARGET)/bin/python scripts/gpu/fp4_compiled.py --out build/fp4-gpu.json
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache .coverage

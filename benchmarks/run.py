@@ -3,7 +3,8 @@
 Every figure is a ratio against a baseline measured in the same run, on the same venv, with the
 runs interleaved (A, B, A, B, ...) and the median taken: these machines are shared and noisy, so
 no absolute time is a target. The venvs are built like the tests build theirs: real FlashInfer
-0.7.4 from PyPI, the test cache's one torch 2.14.1 (CUDA 13.0 build) through a .pth file.
+0.7.4 and 0.7.0 (the release that takes all three patches) from PyPI, the test cache's one torch
+2.14.1 (CUDA 13.0 build) through a .pth file.
 Writes benchmarks/results.json; docs/performance.md shows the latest table.
 """
 
@@ -98,14 +99,17 @@ class Bench:
         self.rounds = rounds
         self.count = 0
         torch = shared(CUDA_TORCH)
-        self.template = work / "template"
-        venv_module.EnvBuilder(with_pip=True, symlinks=True).create(self.template)
-        install(self.template, RELEASES["0.7.4"])
-        use(self.template, torch)
+        self.templates = {}
+        for version in ("0.7.4", "0.7.0"):
+            template = work / f"template-{version}"
+            venv_module.EnvBuilder(with_pip=True, symlinks=True).create(template)
+            install(template, RELEASES[version])
+            use(template, torch)
+            self.templates[version] = template
 
-    def venv(self) -> Path:
+    def venv(self, version: str = "0.7.4") -> Path:
         self.count += 1
-        return clone(self.template, self.work / f"venv-{self.count}")
+        return clone(self.templates[version], self.work / f"venv-{self.count}")
 
     def patched(self) -> Path:
         venv = self.venv()
@@ -136,12 +140,38 @@ class Bench:
             max(3, self.rounds // 2),
         )
         return figure(
-            "fi-patch check --verify / import flashinfer.jit.cpp_ext",
+            "fi-patch check --verify (2 proofs) / import flashinfer.jit.cpp_ext, 0.7.4",
             ours,
             floor,
             ours / floor,
             "<= 2.0",
             ours / floor <= 2.0,
+        )
+
+    def apply_all_vs_one(self) -> dict[str, object]:
+        """Every patch 0.7.0 takes, with all their proofs, against get_cuda_version's alone."""
+        rounds = max(3, self.rounds // 2)
+        everything, one = interleaved(
+            lambda: run([*FI_PATCH, "apply", "--venv", self.venv("0.7.0")]),
+            lambda: run(
+                [
+                    *FI_PATCH,
+                    "apply",
+                    "--venv",
+                    self.venv("0.7.0"),
+                    "--patch",
+                    "cuda-version-torch-first",
+                ]
+            ),
+            rounds,
+        )
+        return figure(
+            "apply (3 patches, 3 proofs) / apply --patch cuda-version-torch-first, 0.7.0",
+            everything,
+            one,
+            everything / one,
+            "<= 1.3",
+            everything / one <= 1.3,
         )
 
     def first_call(self) -> dict[str, object]:
@@ -249,6 +279,7 @@ def main() -> None:
         rows = [
             bench.check_vs_pip_show(),
             bench.verify_vs_import(),
+            bench.apply_all_vs_one(),
             bench.first_call(),
             bench.graph_breaks(),
             bench.apply_many(verify=True),

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The main job on a throwaway venv: a real FlashInfer release beside torch's CUDA 13.0 build
-# (it imports without a GPU). The trace fails before, apply runs its pre-flight and verification,
-# the trace passes after, then check and revert. Each step shows its command and exit code, and
-# the script stops if a code is not the documented one.
+# (it imports without a GPU). FlashInfer 0.7.0 needs all three patches. The proofs fail before,
+# apply runs its pre-flight and the proofs, they pass after, then check, revert of one patch
+# (the others stay) and revert of all. Each step shows its command and exit code, and the script
+# stops if a code is not the documented one.
 set -uo pipefail
 venv=${1:-build/demo-venv}
-release=${DEMO_FLASHINFER:-0.7.4}
+release=${DEMO_FLASHINFER:-0.7.0}
 torch=${DEMO_TORCH:-2.14.1}
 
 step() {
@@ -30,7 +31,8 @@ pip_target() {
     || exit 1
 }
 echo "installing torch==$torch (CUDA build) and what 'import flashinfer' needs into $venv (about a minute)"
-pip_target "torch==$torch" "apache-tvm-ffi<0.2" numpy packaging requests nvidia-ml-py tqdm
+pip_target "torch==$torch" "apache-tvm-ffi<0.2" numpy packaging requests nvidia-ml-py tqdm \
+  click einops ninja tabulate filelock
 echo "installing flashinfer-python==$release (its GPU-only dependencies left out)"
 pip_target --no-deps "flashinfer-python==$release"
 
@@ -39,6 +41,8 @@ step 0 fi-patch apply --venv "$venv" --dry-run
 step 0 fi-patch apply --venv "$venv"
 step 0 fi-patch apply --venv "$venv"
 step 0 fi-patch check --venv "$venv" --verify
+step 0 fi-patch revert --venv "$venv" --patch fp4-quantize-under-compile
+step 3 fi-patch check --venv "$venv"
 step 0 fi-patch revert --venv "$venv"
 step 3 fi-patch check --venv "$venv"
 echo
