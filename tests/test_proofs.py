@@ -19,7 +19,7 @@ from fi_patcher.errors import ExitCode
 from fi_patcher.proofs import diagnose_packaging, judge_proof
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result, state_of, states_of
-from tests.support.deps import use
+from tests.support.deps import fake_torch, use
 from tests.support.expected import expected
 from tests.support.releases import (
     CUDA,
@@ -198,15 +198,6 @@ def test_no_nvcc_proceeds_on_torch_alone(venv_with: MakeVenv, tmp_path: Path) ->
     assert manifest(venv)[CUDA]["verification"] == "skipped"
 
 
-def fake_torch(folder: Path, init: str, version: str = "2.14.1+cu130") -> Path:
-    """A torch whose version file reads fine and whose import does `init`."""
-    package = folder / "torch"
-    package.mkdir(parents=True)
-    (package / "version.py").write_text(f"__version__ = '{version}'\ncuda = '13.0'\n")
-    (package / "__init__.py").write_text(init)
-    return folder
-
-
 def test_failed_proofs_roll_back_every_file(
     runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
 ) -> None:
@@ -258,6 +249,28 @@ def test_a_failed_proof_rolls_back_only_the_files_it_covers(
     assert fp4_file(venv).read_bytes() == expected("0.7.0", FP4, [FORWARDING]).encode()
     states, _ = states_of(CliRunner(env={"VIRTUAL_ENV": None}), venv)
     assert states == {CUDA: "pristine", FORWARDING: "patched", UNDER_COMPILE: "pristine"}
+
+
+def test_a_revert_whose_remaining_patch_fails_its_proof_is_rolled_back(
+    runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
+) -> None:
+    """Taking one patch out rebuilds the file with the others, which must prove themselves
+    again: with a torch that no longer imports, the file stays as it was."""
+    venv = venv_with("0.7.0")
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    before = fp4_file(venv).read_bytes()
+    use(venv, fake_torch(tmp_path / "broken", "raise ImportError('torch is broken')\n"))
+    run = fi_patch(runner, "revert", "--venv", venv, "--patch", UNDER_COMPILE, "--json")
+    assert run.code == ExitCode.VERIFY_FAILED, run.stdout
+    (result,) = run.json["results"]
+    assert (
+        "after taking out fp4-quantize-under-compile, the proof of fp4-op-keyword-forwarding"
+        in (result["error"]["message"])
+    )
+    assert patch_result(run.json, UNDER_COMPILE)["action"] == "rolled-back"
+    assert fp4_file(venv).read_bytes() == before
+    states, _ = states_of(runner, venv)
+    assert states == dict.fromkeys((CUDA, FORWARDING, UNDER_COMPILE), "patched")
 
 
 def test_verification_timeout_rolls_back(

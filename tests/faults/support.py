@@ -151,17 +151,17 @@ main()
 
 
 def faulty(fault: str, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", FAULTY, fault, *map(str, arguments)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return _child(FAULTY, fault, *arguments)
 
 
 def killed(point: str, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    return _child(KILLER, point, *arguments)
+
+
+def _child(script: str, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    """fi-patch's real CLI in a child process, under one of the scripts above."""
     return subprocess.run(
-        [sys.executable, "-c", KILLER, point, *map(str, arguments)],
+        [sys.executable, "-c", script, *map(str, arguments)],
         capture_output=True,
         text=True,
         check=False,

@@ -21,6 +21,7 @@ from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.faults.support import faulty, killed, sha256, stale_temporaries
 from tests.support.cli import fi_patch, patch_result, state_of, states_of
+from tests.support.deps import fake_torch, use
 from tests.support.expected import expected
 from tests.support.releases import FP4, RELEASES, TARGET, released_text
 from tests.support.venvs import fp4_file, target_file
@@ -108,6 +109,24 @@ def test_interrupted_revert_can_be_finished_by_apply(
     assert run.code == ExitCode.OK
     assert patch_result(run.json)["action"] == "finished"
     assert state_of(runner, venv) == ("patched", ExitCode.OK)
+
+
+def test_interrupted_apply_whose_bytes_fail_their_proof_is_undone(
+    runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
+) -> None:
+    """Bytes a killed apply wrote were never proven: the next apply proves them, and when the
+    proof fails (here torch no longer imports) it puts FlashInfer's original back."""
+    venv = venv_with(VERSION)
+    assert killed("after-replace", "apply", "--venv", venv).returncode == -signal.SIGKILL
+    assert sha256(target_file(venv)) == PATCHED
+    use(venv, fake_torch(tmp_path / "broken", "raise ImportError('torch is broken')\n"))
+    run = fi_patch(runner, "apply", "--venv", venv, "--json")
+    assert run.code == ExitCode.VERIFY_FAILED, run.stdout
+    assert patch_result(run.json)["action"] == "rolled-back"
+    assert "torch is broken" in " ".join(run.json["results"][0]["error"]["details"])
+    assert sha256(target_file(venv)) == ORIGINAL
+    assert records(venv) == []
+    assert list((venv / ".fi-patch" / "backups").iterdir()) == []
 
 
 def test_check_names_the_interrupted_command(runner: CliRunner, venv_with: MakeVenv) -> None:

@@ -63,3 +63,13 @@ def use(venv: Path, folder: Path | None) -> None:
     pth.unlink(missing_ok=True)
     if folder is not None:
         pth.write_text(f"{folder}\n")
+
+
+def fake_torch(folder: Path, init: str, version: str = "2.14.1+cu130") -> Path:
+    """A torch whose version file reads fine (CUDA 13.0) and whose import runs `init`: a broken
+    upgrade, a hung import, or an old release, as the pre-flight and the proofs meet them."""
+    package = folder / "torch"
+    package.mkdir(parents=True)
+    (package / "version.py").write_text(f"__version__ = '{version}'\ncuda = '13.0'\n")
+    (package / "__init__.py").write_text(init)
+    return folder

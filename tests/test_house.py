@@ -1,0 +1,70 @@
+"""The house: one concern per module, without import circles, and heavy or UI libraries only
+where they belong."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "fi_patcher"
+# Scripts run inside the target interpreter; fi-patch reads them as text and never imports them.
+MODULES = {
+    path.stem: path for path in PACKAGE.glob("*.py") if path.stem not in ("__init__", "__main__")
+}
+
+
+def imported(path: Path) -> set[str]:
+    """Every module `path` imports, anywhere in it (a function-level import counts too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            if node.module == "fi_patcher":
+                names.update(f"fi_patcher.{alias.name}" for alias in node.names)
+    return names
+
+
+def own(names: set[str]) -> set[str]:
+    return {n.split(".")[1] for n in names if n.startswith("fi_patcher.")} & set(MODULES)
+
+
+def test_no_import_circles() -> None:
+    graph = {name: own(imported(path)) for name, path in MODULES.items()}
+    done: set[str] = set()
+
+    def visit(name: str, trail: tuple[str, ...]) -> None:
+        assert name not in trail, " -> ".join((*trail, name))
+        if name in done:
+            return
+        for after in sorted(graph[name]):
+            visit(after, (*trail, name))
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, ())
+
+
+def test_libraries_stay_in_their_modules() -> None:
+    allowed = {"typer": {"cli"}, "rich": {"cli", "render"}, "libcst": {"codemod"}}
+    for library, modules in allowed.items():
+        users = {
+            name
+            for name, path in MODULES.items()
+            if any(n == library or n.startswith(library + ".") for n in imported(path))
+        }
+        assert users == modules, library
+
+
+def test_the_target_scripts_use_the_standard_library_only() -> None:
+    """What fi-patch runs in the target imports nothing of fi-patch and no third party, except
+    what a proof imports from the target itself (torch, FlashInfer, packaging)."""
+    folder = PACKAGE / "in_target"
+    target = {"torch", "flashinfer", "packaging"}
+    for path in folder.rglob("*.py"):
+        for name in imported(path):
+            top = name.split(".")[0]
+            assert top != "fi_patcher", path
+            assert top in target or top in sys.stdlib_module_names, (path, name)
