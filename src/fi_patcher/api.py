@@ -190,9 +190,9 @@ def apply(target: Target, chosen: PatchSet, options: Options | None = None) -> O
     )
     warnings = judgement.warnings
     if not options.verify:
-        warnings += ("verification skipped (--no-verify): nothing proves the patch works here",)
+        warnings += ("verification skipped (--no-verify): nothing proves the patches work here",)
     if options.dry_run or plan.idle:
-        files = tuple(_dry_run(inspection, plan, options))
+        files = tuple(_dry_run(inspection, plan))
         return _outcome(inspection.assessment, plan, files, facts, warnings)
     with inspection.store.lock():
         for file in plan.files:
@@ -231,13 +231,14 @@ def _apply_locked(
 ) -> Outcome:
     assessment = inspection.assessment
     changes = [_apply_change(inspection, file, plan, facts, options) for file in plan.files]
-    for change in changes:
+    writes = [c for c in changes if c.before != c.after]
+    for change in writes:
         compile_check(interpreter.python, change.after, str(change.path), options.timeout)
     before: dict[str, ProofReport] = {}
     if options.verify and plan.adding:
         options.progress("proving the unpatched code in the target (importing torch)")
         before = _prove_before(interpreter, plan, options)
-    transactions = _write_all(journal, [c for c in changes if c.before != c.after])
+    transactions = _write_all(journal, writes)
     after: dict[str, ProofReport] = {}
     if options.verify:
         options.progress("proving the patched code in a fresh process of the target")
@@ -528,7 +529,7 @@ def _failure(
     )
 
 
-def _dry_run(inspection: _Inspection, plan: ApplyPlan, options: Options) -> list[FileOutcome]:
+def _dry_run(inspection: _Inspection, plan: ApplyPlan) -> list[FileOutcome]:
     files = []
     installed = inspection.assessment.installed
     assert installed is not None
