@@ -54,7 +54,7 @@ from fi_patcher.proofs import (
     prove,
 )
 from fi_patcher.recognise import render_diff, sha256_bytes
-from fi_patcher.registry import fit, load_patches
+from fi_patcher.registry import fit, load_patches, required_at
 from fi_patcher.store import (
     Change,
     Journal,
@@ -525,8 +525,13 @@ def _failure(
         f"{red[0].summary}; rolled back: {rolled} are as they were before this apply",
         remedy="read the target's own error below; `fi-patch apply --no-verify` writes the "
         "patches without this proof",
-        details=tuple(line for r in red for line in (f"{r.patch}: {r.summary}", *r.details)),
+        details=_details(red),
     )
+
+
+def _details(red: Sequence[ProofReport]) -> tuple[str, ...]:
+    """What each failed proof said, its target's own error under it."""
+    return tuple(line for r in red for line in (f"{r.patch}: {r.summary}", *r.details))
 
 
 def _dry_run(inspection: _Inspection, plan: ApplyPlan) -> list[FileOutcome]:
@@ -711,9 +716,7 @@ def _revert_file(
                 "it was before this revert",
                 remedy="read the target's own error below; `fi-patch revert` without --patch "
                 "restores the original bytes",
-                details=tuple(
-                    line for r in red for line in (f"{r.patch}: {r.summary}", *r.details)
-                ),
+                details=_details(red),
             )
             outcome = FileOutcome(record.relpath, path, "rolled-back", settled.ids)
             return _Reverted(outcome, (), reports, failure)
@@ -751,13 +754,8 @@ def _refuse_revert(
 
 
 def _refuse_dependents(remaining: Sequence[Patch], removing: Sequence[str], version: str) -> None:
-    registry = {p.id: p for p in load_patches()}
     for patch in remaining:
-        needed = [
-            r
-            for r in patch.requires.patches
-            if r in removing and fit(registry[r], version).verdict is not Verdict.NOT_APPLICABLE
-        ]
+        needed = [r for r in required_at(patch, version) if r in removing]
         if needed:
             raise RequirementUnmet(
                 f"{patch.id} requires {', '.join(needed)}, which would be taken out",

@@ -20,7 +20,7 @@ from fi_patcher.model import (
     State,
     Verdict,
 )
-from fi_patcher.registry import fit, known, load_patches
+from fi_patcher.registry import known, load_patches, required_at
 
 
 @dataclass(frozen=True)
@@ -117,18 +117,12 @@ def _requirements(steps: list[Step], assessment: Assessment, chosen: PatchSet) -
     out, or refused when the user named it."""
     assert assessment.installed is not None
     version = assessment.installed.version
-    registry = {p.id: p for p in load_patches()}
     present = {pid for f in assessment.files.values() for pid in f.applied}
     checked: list[Step] = []
     for step in steps:
         if step.action == "add":
-            missing = [
-                r
-                for r in step.patch.requires.patches
-                if fit(registry[r], version).verdict is not Verdict.NOT_APPLICABLE
-                and r not in present
-                and not any(s.patch.id == r and s.action == "add" for s in checked)
-            ]
+            adding = {s.patch.id for s in checked if s.action == "add"}
+            missing = [r for r in required_at(step.patch, version) if r not in present | adding]
             if missing and chosen.explicit:
                 raise RequirementUnmet(
                     f"{step.patch.id} requires {', '.join(missing)} in {version}, which is not "

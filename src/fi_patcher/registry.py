@@ -168,6 +168,16 @@ def fit(patch: Patch, version: str) -> Fit:
     return Fit(Verdict.UNKNOWN, None, f"{version} is outside every known range: {known(patch)}")
 
 
+def required_at(patch: Patch, version: str) -> tuple[str, ...]:
+    """The patches `patch` requires that apply to `version`: those must be in place with it."""
+    registry = {p.id: p for p in load_patches()}
+    return tuple(
+        r
+        for r in patch.requires.patches
+        if fit(registry[r], version).verdict is not Verdict.NOT_APPLICABLE
+    )
+
+
 def known(patch: Patch) -> str:
     parts: Iterable[str] = (f"shape {s.name} {span(s.versions)}" for s in patch.shapes)
     nothing = (f"nothing to patch {span(e.versions)}" for e in patch.not_applicable)
