@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from typer.testing import CliRunner
 
 from fi_patcher import __version__
@@ -110,3 +111,49 @@ def test_no_color_even_on_a_terminal(venv_with: MakeVenv) -> None:
     foreground = re.compile(r"\x1b\[[0-9;]*3[0-7]m")
     assert foreground.search(fi_patch(colour, "apply", "--venv", venv, "--dry-run").stdout)
     assert not foreground.search(fi_patch(plain, "apply", "--venv", venv, "--dry-run").stdout)
+
+
+@pytest.mark.parametrize("command", ["apply", "revert", "check", "list"])
+def test_help_shows_no_type_tags_and_no_repository_paths(runner: CliRunner, command: str) -> None:
+    wide = CliRunner(env={"VIRTUAL_ENV": None, "NO_COLOR": "1", "COLUMNS": "200"})
+    helped = fi_patch(wide, command, "--help")
+    assert helped.code == ExitCode.OK
+    assert not re.search(r"<(bool|str|path|float|int|list)[^>]*>", helped.stdout), helped.stdout
+    assert "[x>=" not in helped.stdout
+    assert "docs/" not in helped.stdout and ".md" not in helped.stdout
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        pytest.param(("-q", "check", "--json"), id="quiet-before-json-after"),
+        pytest.param(("--json", "check", "-q"), id="json-before-quiet-after"),
+        pytest.param(("check", "-q", "--json"), id="both-after"),
+    ],
+)
+def test_flags_before_or_after_the_command(
+    runner: CliRunner, venv_with: MakeVenv, arguments: tuple[str, ...]
+) -> None:
+    venv = venv_with("0.5.0")
+    run = fi_patch(runner, *arguments, "--venv", venv)
+    assert run.code == ExitCode.NEEDS_APPLY
+    assert patch_result(run.json)["state"] == "pristine"
+    assert run.stderr == ""
+
+
+def test_verbose_after_the_command_and_revert_says_its_steps(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.5.0")
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify", "-q").code == ExitCode.OK
+    run = fi_patch(runner, "revert", "--venv", venv, "-v")
+    assert run.code == ExitCode.OK
+    assert f"environment {venv}" in run.stdout
+    assert re.search(r"\[ *\d+\.\ds\] taking cuda-version-torch-first out of ", run.stderr)
+    assert fi_patch(runner, "check", "-q", "--venv", venv, "-v").code == ExitCode.USAGE
+
+
+def test_a_timeout_under_a_second_is_usage(runner: CliRunner) -> None:
+    run = fi_patch(runner, "check", "--venv", "/nonexistent", "--timeout", "0.5")
+    assert run.code == ExitCode.USAGE
+    assert "0.5 is less than 1 second" in run.text

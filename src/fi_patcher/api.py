@@ -679,6 +679,7 @@ def _revert_file(
         return _Reverted(FileOutcome(record.relpath, path, "kept", settled.ids))
     current = inspection.sources.get(record.relpath)
     _refuse_revert(state, settled, current, options)
+    options.progress(f"taking {', '.join(removing)} out of {path}")
     remaining = tuple(p for p in load_patches() if p.id in settled.ids and p.id not in removing)
     _refuse_dependents(remaining, removing, installed.version)
     original = _from_backup(journal.store, settled, installed)

@@ -35,10 +35,18 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
+
+def _seconds(value: float) -> float:
+    if value < 1:
+        raise typer.BadParameter(f"{value:g} is less than 1 second")
+    return value
+
+
 Venv = Annotated[
     list[Path] | None,
     typer.Option(
         "--venv",
+        metavar="DIR",
         help="A target environment: a venv or conda prefix (holding bin/python). Repeat it for "
         "several; the exit code is the highest of theirs. Default: $VIRTUAL_ENV, then "
         "$CONDA_PREFIX.",
@@ -48,13 +56,17 @@ Venv = Annotated[
 Python = Annotated[
     list[Path] | None,
     typer.Option(
-        "--python", help="A target interpreter, instead of or beside --venv.", show_default=False
+        "--python",
+        metavar="PATH",
+        help="A target interpreter, instead of or beside --venv.",
+        show_default=False,
     ),
 ]
 PatchIds = Annotated[
     list[str] | None,
     typer.Option(
         "--patch",
+        metavar="ID",
         help="Work on this patch only (repeatable; `fi-patch list` names them). Default: every "
         "patch that applies to the installed FlashInfer.",
         show_default=False,
@@ -63,15 +75,21 @@ PatchIds = Annotated[
 Timeout = Annotated[
     float,
     typer.Option(
-        "--timeout", help="Seconds to wait for the target interpreter's probe and checks.", min=1.0
+        "--timeout",
+        metavar="SECONDS",
+        help="How long the target interpreter may take for the probe, the pre-flight and the "
+        "compile check.",
+        callback=_seconds,
     ),
 ]
 VerifyTimeout = Annotated[
     float,
     typer.Option(
         "--verify-timeout",
-        help="Seconds for the process that runs the proofs (it imports torch and FlashInfer).",
-        min=1.0,
+        metavar="SECONDS",
+        help="How long the process that runs the proofs may take (it imports torch and "
+        "FlashInfer).",
+        callback=_seconds,
     ),
 ]
 NoVerify = Annotated[
@@ -82,9 +100,31 @@ NoVerify = Annotated[
         "patches work.",
     ),
 ]
-Json = Annotated[bool, typer.Option("--json", help="Print one JSON document (docs/json.md).")]
+Json = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print one JSON document on stdout (schema 2), and nothing else there."
+    ),
+]
+Quiet = Annotated[
+    bool, typer.Option("-q", "--quiet", help="Print only the outcome of each patch, and errors.")
+]
+Verbose = Annotated[
+    bool,
+    typer.Option("-v", "--verbose", help="Print each step on stderr as it starts, with its time."),
+]
 
 _verbosity = render.Verbosity()
+_json = [False]
+
+
+def _flags(quiet: bool, verbose: bool, as_json: bool) -> bool:
+    """-q, -v and --json, given before or after the command name; whether to print JSON."""
+    _verbosity.quiet = _verbosity.quiet or quiet
+    _verbosity.verbose = _verbosity.verbose or verbose
+    if _verbosity.quiet and _verbosity.verbose:
+        raise typer.BadParameter("-q and -v contradict each other")
+    return _json[0] or as_json
 
 
 def _version(value: bool) -> None:
@@ -99,21 +139,13 @@ def _root(
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Show the version."),
     ] = False,
-    quiet: Annotated[
-        bool,
-        typer.Option("-q", "--quiet", help="Print only the outcome of each patch, and errors."),
-    ] = False,
-    verbose: Annotated[
-        bool,
-        typer.Option(
-            "-v", "--verbose", help="Print each step on stderr as it starts, with its time."
-        ),
-    ] = False,
+    quiet: Quiet = False,
+    verbose: Verbose = False,
+    as_json: Json = False,
 ) -> None:
     """fi-patch: apply, check and revert FlashInfer patches for FP4 under torch.compile."""
-    if quiet and verbose:
-        raise typer.BadParameter("-q and -v contradict each other")
-    _verbosity.quiet, _verbosity.verbose = quiet, verbose
+    _verbosity.quiet, _verbosity.verbose, _json[0] = False, False, as_json
+    _flags(quiet, verbose, False)
 
 
 @app.command("apply")
@@ -145,6 +177,8 @@ def apply_command(
     timeout: Timeout = PROBE_TIMEOUT,
     verify_timeout: VerifyTimeout = VERIFY_TIMEOUT,
     as_json: Json = False,
+    quiet: Quiet = False,
+    verbose: Verbose = False,
 ) -> None:
     """Apply the patches to the target, keeping byte-exact backups, and prove them there.
 
@@ -154,6 +188,7 @@ def apply_command(
     process of the target runs every proof; a file whose proof fails is put back as it was
     (exit 13). Idempotent.
     """
+    as_json = _flags(quiet, verbose, as_json)
     chosen = _choose(patch, as_json)
     options = api.Options(
         dry_run=dry_run,
@@ -181,10 +216,13 @@ def revert_command(
     timeout: Timeout = PROBE_TIMEOUT,
     verify_timeout: VerifyTimeout = VERIFY_TIMEOUT,
     as_json: Json = False,
+    quiet: Quiet = False,
+    verbose: Verbose = False,
 ) -> None:
     """Take patches out. Without --patch: restore the original bytes of every file fi-patch
     changed, from its backups, and clear its records. With --patch: rebuild each file from its
     original with the patches that remain, and prove those."""
+    as_json = _flags(quiet, verbose, as_json)
     chosen = _choose(patch, as_json)
     options = api.Options(
         force=force, verify=not no_verify, timeout=timeout, verify_timeout=verify_timeout
@@ -208,13 +246,17 @@ def check_command(
     timeout: Timeout = PROBE_TIMEOUT,
     verify_timeout: VerifyTimeout = VERIFY_TIMEOUT,
     as_json: Json = False,
+    quiet: Quiet = False,
+    verbose: Verbose = False,
 ) -> None:
     """Say, for each patch, whether the target is pristine, patched, wiped by a reinstall, or
     drifted.
 
     Exit 0 only when every chosen patch is patched or not applicable in every target; 3 when
-    apply is needed; docs/exit-codes.md has the rest.
+    apply is needed (or a run was interrupted); 4 not installed; 7 drifted; 13 a proof failed
+    under --verify; the others name what stopped fi-patch (5 environment, 8 layout, 9 records).
     """
+    as_json = _flags(quiet, verbose, as_json)
     chosen = _choose(patch, as_json)
 
     def work(target: api.Target, progress: Callable[[str], None]) -> _Outcome:
@@ -235,8 +277,9 @@ def check_command(
 
 
 @app.command("list")
-def list_command(as_json: Json = False) -> None:
+def list_command(as_json: Json = False, quiet: Quiet = False, verbose: Verbose = False) -> None:
     """Show the patches: file, function, versions, requirements, and what proves each."""
+    as_json = _flags(quiet, verbose, as_json)
 
     def run(out: Console) -> int:
         patches = load_patches()
