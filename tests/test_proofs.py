@@ -361,3 +361,24 @@ def test_old_torch_with_new_packaging_is_named_exactly(
     report = judge_proof(PACKAGING_FAILURE, process)
     assert not report.passed
     assert ("install packaging<26.1" in report.summary) is named
+
+
+def test_check_verify_leaves_the_target_as_it_was(runner: CliRunner, venv_with: MakeVenv) -> None:
+    """Read-only means read-only: the proofs run with -B, and write no file in the target, no
+    bytecode either, whether they pass or fail."""
+    venv = venv_with("0.7.0")
+
+    def snapshot() -> dict[str, tuple[int, int]]:
+        return {
+            str(p.relative_to(venv)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in venv.rglob("*")
+            if not p.is_symlink()
+        }
+
+    before = snapshot()
+    assert fi_patch(runner, "check", "--venv", venv, "--verify").code == ExitCode.NEEDS_APPLY
+    assert snapshot() == before
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    patched = snapshot()
+    assert fi_patch(runner, "check", "--venv", venv, "--verify").code == ExitCode.OK
+    assert snapshot() == patched

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from fi_patcher import __version__
-from fi_patcher.assess import assess, layout_problem
+from fi_patcher.assess import assess, install_problem
 from fi_patcher.environment import PROBE_TIMEOUT, choose_python, compile_check, probe
 from fi_patcher.errors import (
     Drifted,
@@ -150,7 +150,7 @@ def open_target(
 def check(target: Target, chosen: PatchSet) -> Assessment:
     """Every chosen patch's state. Reads only: takes no lock and creates nothing."""
     assessment = _inspect(target.interpreter, chosen.patches).assessment
-    problem = layout_problem(assessment)
+    problem = install_problem(assessment)
     if problem is not None:
         raise problem
     return assessment
@@ -177,7 +177,7 @@ def apply(target: Target, chosen: PatchSet, options: Options | None = None) -> O
     interpreter = target.interpreter
     inspection = _inspect(interpreter, chosen.patches)
     _require_installed(inspection.assessment, interpreter)
-    problem = layout_problem(inspection.assessment)
+    problem = install_problem(inspection.assessment)
     if problem is not None:
         raise problem
     plan = plan_apply(inspection.assessment, chosen, force=options.force)

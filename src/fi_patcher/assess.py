@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from fi_patcher.errors import LayoutProblem
+from fi_patcher.errors import FiPatchError, LayoutProblem, Unsupported
 from fi_patcher.model import (
     Assessment,
     FileRecord,
@@ -123,20 +123,22 @@ def file_state(
     return _original_or_drifted(state, text, file, members)
 
 
-def layout_problem(assessment: Assessment) -> LayoutProblem | None:
-    """A release in a known range ships each target file, listed in its RECORD: anything else
-    is a broken install, not a state, and `check` and `apply` stop on it."""
+def install_problem(assessment: Assessment) -> FiPatchError | None:
+    """What makes the install itself unusable, so that `check` and `apply` stop on it: a file a
+    release in a known range ships is missing or not in RECORD (a broken install), or a release
+    outside every range has none of the files any patch works on (a layout fi-patch does not
+    know)."""
     installed = assessment.installed
+    if installed is None:
+        return None
+    reinstall = (
+        "reinstall it: pip install --force-reinstall --no-deps "
+        f"{installed.name}=={installed.version}"
+    )
     for state in assessment.patches:
-        file = state.file
-        if installed is None or file is None or state.fit is None:
+        file, how = state.file, state.fit
+        if file is None or how is None or how.verdict is not Verdict.IN_RANGE:
             continue
-        if state.fit.verdict is not Verdict.IN_RANGE:
-            continue
-        reinstall = (
-            "reinstall it: pip install --force-reinstall --no-deps "
-            f"{installed.name}=={installed.version}"
-        )
         if file.condition == "absent":
             return LayoutProblem(
                 f"{file.path} is missing, but {installed.name} {installed.version} ships it",
@@ -148,6 +150,17 @@ def layout_problem(assessment: Assessment) -> LayoutProblem | None:
                 "fi-patch writes only files the installer recorded",
                 remedy=reinstall,
             )
+    unknown = [s for s in assessment.patches if s.fit and s.fit.verdict is Verdict.UNKNOWN]
+    absent = [s for s in unknown if s.file is not None and s.file.condition == "absent"]
+    if absent and len(absent) == len(assessment.patches):
+        missing = ", ".join(sorted({s.patch.target for s in absent}))
+        return Unsupported(
+            f"{installed.name} {installed.version} is outside every known range, and has "
+            f"none of the files these patches work on ({missing}): a layout fi-patch does "
+            "not know",
+            remedy="install a release inside the known ranges (`fi-patch list` shows them), "
+            "or a fi-patch that knows this one",
+        )
     return None
 
 

@@ -29,7 +29,7 @@ def choose_python(
     if venv is not None and python is not None:
         raise UsageError("give --venv or --python, not both")
     if python is not None:
-        return _absolute(python), "--python"
+        return _refuse_dangling(_absolute(python)), "--python"
     if venv is not None:
         return interpreter_in(_absolute(venv)), "--venv"
     for variable in ("VIRTUAL_ENV", "CONDA_PREFIX"):
@@ -55,11 +55,26 @@ def interpreter_in(prefix: Path) -> Path:
     for candidate in (prefix / "bin" / "python", prefix / "bin" / "python3"):
         if candidate.exists():
             return candidate
+        _refuse_dangling(candidate)
     raise EnvironmentProblem(
         f"{prefix} is not a Python environment: it has no bin/python",
         remedy="point --venv at the folder that holds bin/python (a venv or conda prefix), "
         "or pass the interpreter itself with --python",
     )
+
+
+def _refuse_dangling(python: Path) -> Path:
+    """A venv's python is a link to the interpreter it was made from, and upgrading or removing
+    that interpreter leaves the link pointing nowhere: say so, not "no such file"."""
+    if python.is_symlink() and not python.exists():
+        raise EnvironmentProblem(
+            f"{python} is a dangling link: it leads to {os.path.realpath(python)}, which does "
+            "not exist; the interpreter the environment was made with is gone (usual after a "
+            "Python upgrade)",
+            remedy="recreate the environment with a Python that exists (python -m venv --clear "
+            "DIR, then reinstall its packages), or point --python at a working interpreter",
+        )
+    return python
 
 
 def probe(python: Path, timeout: float = PROBE_TIMEOUT) -> Interpreter:

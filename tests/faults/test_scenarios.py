@@ -12,7 +12,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,9 +27,10 @@ from tests.faults.support import expect, fill, mounted, sha256, stale_temporarie
 from tests.support.cli import Run, fi_patch, patch_result, state_of
 from tests.support.deps import CPU_TORCH, shared, use
 from tests.support.expected import expected
-from tests.support.releases import RELEASES, TARGET, released_text
+from tests.support.releases import FP4, RELEASES, TARGET, released_text
 from tests.support.venvs import (
     create_venv,
+    fp4_file,
     pip,
     python_of,
     reinstall,
@@ -119,6 +123,26 @@ def test_interpreter_not_executable(runner: CliRunner, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("how", ["--venv", "--python"])
+def test_interpreter_link_dangling(runner: CliRunner, tmp_path: Path, how: str) -> None:
+    """Real: a venv made with a copy of the base interpreter, which is then removed."""
+    base = tmp_path / "python3.11-old"
+    shutil.copy2(os.path.realpath(sys.executable), base)
+    venv = tmp_path / "venv"
+    subprocess.run([base, "-m", "venv", "--without-pip", venv], check=True)
+    base.unlink()
+    target = venv if how == "--venv" else python_of(venv)
+    run = fi_patch(runner, "check", how, target)
+    expect(
+        run,
+        ExitCode.ENVIRONMENT,
+        f"{python_of(venv) if how == '--python' else venv / 'bin' / 'python'} is a dangling link",
+        str(base),
+        "usual after a Python upgrade",
+        "recreate the environment",
+    )
+
+
 def test_probe_times_out(runner: CliRunner, tmp_path: Path) -> None:
     venv = create_venv(tmp_path / "venv")
     _fake_python(venv, "#!/bin/sh\nexec sleep 30\n")
@@ -207,6 +231,49 @@ def test_unknown_version_with_edited_function_is_refused_even_forced(
     run = _apply(runner, venv, "--force")
     expect(run, ExitCode.UNSUPPORTED, "is not one fi-patch knows", "found at lines")
     assert target_file(venv).read_bytes() == edited
+
+
+def _release_as(venv: Path, version: str, *without: str) -> None:
+    """The installed release under another version, its files `without` gone from disk and
+    RECORD: what a future layout looks like to fi-patch."""
+    info = _dist_info(venv)
+    metadata = (info / "METADATA").read_text()
+    old = next(line for line in metadata.splitlines() if line.startswith("Version: "))
+    replace_bytes(info / "METADATA", metadata.replace(old, f"Version: {version}", 1).encode())
+    for relpath in without:
+        (site_packages(venv) / relpath).unlink()
+    record = info / "RECORD"
+    kept = [x for x in record.read_text().splitlines() if not x.startswith(without)]
+    replace_bytes(record, ("\n".join(kept) + "\n").encode())
+
+
+def test_future_release_without_cpp_ext(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.7.4")
+    _release_as(venv, "0.8.0", TARGET)
+    before = sha256(fp4_file(venv))
+    run = _apply(runner, venv)
+    expect(
+        run,
+        ExitCode.UNSUPPORTED,
+        "refusing to patch: 0.8.0 is outside every known range",
+        "installed: flashinfer-python 0.8.0",
+    )
+    assert sha256(fp4_file(venv)) == before
+    assert not (venv / ".fi-patch").exists()
+
+
+def test_future_release_without_any_patched_file(runner: CliRunner, venv_with: MakeVenv) -> None:
+    venv = venv_with("0.7.4")
+    _release_as(venv, "0.8.0", TARGET, FP4)
+    for command in ("check", "apply"):
+        expect(
+            fi_patch(runner, command, "--venv", venv),
+            ExitCode.UNSUPPORTED,
+            "flashinfer-python 0.8.0 is outside every known range, and has none of the files",
+            "flashinfer/jit/cpp_ext.py, flashinfer/quantization/fp4_quantization.py",
+            "install a release inside the known ranges",
+        )
+    assert not (venv / ".fi-patch").exists()
 
 
 def test_known_version_with_edited_function(runner: CliRunner, venv_with: MakeVenv) -> None:
