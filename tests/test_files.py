@@ -141,12 +141,18 @@ def test_revert_refuses_a_file_changed_after_apply_unless_forced(
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     changed = path.read_bytes() + b"# changed by hand\n"
     replace_bytes(path, changed)
-    assert state_of(runner, venv) == ("drifted", ExitCode.DRIFTED)
+    check = fi_patch(runner, "check", "--venv", venv, "--json")
+    assert check.code == ExitCode.DRIFTED
+    # check and revert say the same, and it is true: the backup can restore the original.
+    reason = patch_result(check.json)["reason"]
+    assert f"{path} changed since fi-patch wrote it" in reason
+    assert "`fi-patch revert --force` puts FlashInfer's original back" in reason
+    assert "no record" not in reason
 
     refused = fi_patch(runner, "revert", "--venv", venv)
     assert refused.code == ExitCode.DRIFTED
-    assert "changed since fi-patch wrote it" in refused.text
-    assert "--force" in refused.text
+    assert f"{path} changed since fi-patch wrote it" in refused.text
+    assert "`fi-patch revert --force` restores the original bytes" in refused.text
     assert path.read_bytes() == changed
 
     forced = fi_patch(runner, "revert", "--venv", venv, "--force")

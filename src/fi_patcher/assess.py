@@ -52,11 +52,17 @@ def assess(
             members.setdefault(patch.target, []).append((patch, fits[patch.id]))
     files = {
         relpath: file_state(
-            installed.files[relpath], sources.get(relpath), records.get(relpath), group
+            installed.files[relpath],
+            sources.get(relpath),
+            _current(records.get(relpath), installed.version),
+            group,
+            upgraded=_stale(records.get(relpath), installed.version),
         )
         for relpath, group in members.items()
     }
-    states = tuple(patch_state(p, fits[p.id], files.get(p.target)) for p in patches)
+    states = tuple(
+        patch_state(p, fits[p.id], files.get(p.target), installed.version) for p in patches
+    )
     return Assessment(installed, states, files)
 
 
@@ -89,6 +95,16 @@ def settle(record: FileRecord | None, sha256: str | None) -> Settled:
     return Settled(record, pending.action)
 
 
+def _current(record: FileRecord | None, version: str) -> FileRecord | None:
+    """A record of the installed release; one of another release says nothing of these bytes."""
+    return record if record is not None and record.version == version else None
+
+
+def _stale(record: FileRecord | None, version: str) -> FileRecord | None:
+    """A record of a release that was replaced since (an upgrade or a downgrade)."""
+    return record if record is not None and record.version != version else None
+
+
 # --- files --------------------------------------------------------------------------------------
 
 
@@ -97,10 +113,13 @@ def file_state(
     source: bytes | None,
     record: FileRecord | None,
     members: Sequence[tuple[Patch, Fit]],
+    *,
+    upgraded: FileRecord | None = None,
 ) -> FileState:
     """What one target file is. `members` are the patches that target it, with how they fit the
-    installed version (in range, or unknown)."""
-    base = FileState(file.relpath, file.path, "drifted", "")
+    installed version (in range, or unknown); `record` is fi-patch's record of this release's
+    file, `upgraded` its record of a release installed before this one."""
+    base = FileState(file.relpath, file.path, "drifted", "", upgraded=upgraded)
     if source is None:
         return replace(base, condition="absent", reason=f"{file.path} is absent")
     sha = sha256_bytes(source)
@@ -120,7 +139,16 @@ def file_state(
         text = source.decode("utf-8")
     except UnicodeDecodeError as exc:
         return replace(state, reason=f"{file.path} is not UTF-8 ({exc.reason})")
-    return _original_or_drifted(state, text, file, members)
+    found = _original_or_drifted(state, text, file, members)
+    if found.condition == "drifted" and settled.record is not None:
+        written = settled.record.sha256
+        return replace(
+            found,
+            reason=f"{file.path} changed since fi-patch wrote it (sha256 {sha[:12]}…, fi-patch "
+            f"wrote {written[:12]}…); `fi-patch revert --force` puts FlashInfer's original back "
+            "from fi-patch's backup",
+        )
+    return found
 
 
 def install_problem(assessment: Assessment) -> FiPatchError | None:
@@ -231,7 +259,7 @@ def _patched_reason(settled: Settled) -> str:
 # --- patches ------------------------------------------------------------------------------------
 
 
-def patch_state(patch: Patch, how: Fit, file: FileState | None) -> PatchState:
+def patch_state(patch: Patch, how: Fit, file: FileState | None, version: str) -> PatchState:
     """One patch's state, from how it fits the version and what its file is."""
     if how.verdict is Verdict.NOT_APPLICABLE:
         return PatchState(
@@ -264,10 +292,12 @@ def patch_state(patch: Patch, how: Fit, file: FileState | None) -> PatchState:
         )
     if file.condition == "drifted":
         return known
-    return _original(known, patch, how, file)
+    return _original(known, patch, how, file, version)
 
 
-def _original(known: PatchState, patch: Patch, how: Fit, file: FileState) -> PatchState:
+def _original(
+    known: PatchState, patch: Patch, how: Fit, file: FileState, version: str
+) -> PatchState:
     if file.interrupted:
         return replace(
             known,
@@ -283,6 +313,14 @@ def _original(known: PatchState, patch: Patch, how: Fit, file: FileState) -> Pat
             state=State.WIPED,
             reason=f"fi-patch patched it at {written.applied_at}; a reinstall put the original "
             "back",
+        )
+    if file.upgraded is not None and patch.id in file.upgraded.ids:
+        return replace(
+            known,
+            state=State.WIPED,
+            reason=f"fi-patch patched {file.upgraded.dist} {file.upgraded.version}; "
+            f"{file.upgraded.version} → {version} was installed since, with its original "
+            "file; needs apply",
         )
     return replace(
         known,

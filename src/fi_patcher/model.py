@@ -281,6 +281,8 @@ class FileState:
     found: FunctionSpan | None = None
     shapes: Mapping[str, Shape] = field(default_factory=dict)
     """The shape each patch's function has in the original, by patch id, where recognised."""
+    upgraded: FileRecord | None = None
+    """fi-patch's record of this file in a release installed before this one."""
 
     @property
     def applied(self) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ from tests.faults.support import expect, fill, mounted, sha256, stale_temporarie
 from tests.support.cli import Run, fi_patch, patch_result, state_of
 from tests.support.deps import CPU_TORCH, shared, use
 from tests.support.expected import expected
-from tests.support.releases import FP4, RELEASES, TARGET, released_text
+from tests.support.releases import FP4, RELEASES, TARGET, fetch, released_text
 from tests.support.venvs import (
     create_venv,
     fp4_file,
@@ -564,6 +564,33 @@ def test_reinstall_between_apply_and_revert(runner: CliRunner, venv_with: MakeVe
     )
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.5.0"])
     assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
+
+
+def test_upgrade_between_apply_and_revert(runner: CliRunner, venv_with: MakeVenv) -> None:
+    """Real: pip upgrades 0.5.0 to 0.6.18.post1 after apply. check and revert name both
+    versions, and apply patches the new release."""
+    venv = venv_with("0.5.0")
+    expect(_apply(runner, venv), ExitCode.OK)
+    pip(venv, "install", "--no-deps", "--no-index", str(fetch(RELEASES["0.6.18.post1"])))
+    check = fi_patch(runner, "check", "--venv", venv, "--json")
+    expect(check, ExitCode.NEEDS_APPLY)
+    cuda = patch_result(check.json)
+    assert cuda["state"] == "wiped"
+    assert (
+        "fi-patch patched flashinfer-python 0.5.0; 0.5.0 → 0.6.18.post1 was installed"
+        in (cuda["reason"])
+    )
+    expect(
+        fi_patch(runner, "revert", "--venv", venv),
+        ExitCode.OK,
+        "flashinfer-python 0.5.0 was replaced by 0.6.18.post1 since fi-patch patched it",
+        "the record is cleared",
+    )
+    expect(_apply(runner, venv), ExitCode.OK, "applied cuda-version-torch-first")
+    assert target_file(venv).read_bytes() == expected("0.6.18.post1").encode()
+    assert list((venv / ".fi-patch" / "backups").iterdir()) != []
+    expect(fi_patch(runner, "revert", "--venv", venv), ExitCode.OK)
+    assert target_file(venv).read_bytes() == released_text(RELEASES["0.6.18.post1"])
 
 
 def test_uninstall_between_apply_and_revert(runner: CliRunner, venv_with: MakeVenv) -> None:
