@@ -15,7 +15,7 @@ import pytest
 from packaging.specifiers import SpecifierSet
 
 from fi_patcher import __version__
-from fi_patcher.codemod import Composed, Unrecognised, compose
+from fi_patcher.codemod import Composed, Unrecognised, compose, take_out
 from fi_patcher.model import KeywordArguments, Patch, Proof, Shape
 from fi_patcher.recognise import render_diff
 from fi_patcher.registry import fit, load_patches
@@ -302,3 +302,14 @@ def test_keyword_arguments_keeps_comments_and_layout() -> None:
         "    y = quantize(a, b=b,  # note\n                 c=c)\n    return y\n"
     )
     libcst.parse_module(result.text)
+
+
+@pytest.mark.parametrize(("version", "patch"), CASES, ids=[f"{v}-{p}" for v, p in CASES])
+def test_taking_a_patch_out_gives_the_original_back(version: str, patch: str) -> None:
+    """What recognises a fix made by hand: fi-patch's own text, taken out, is the release's."""
+    relpath = PATCHES[patch].target
+    shape = fit(PATCHES[patch], version).shape
+    assert shape is not None
+    patched = expected(version, relpath, [patch])
+    assert take_out(patched, PATCHES[patch], shape) == original(version, relpath)
+    assert take_out(original(version, relpath), PATCHES[patch], shape) is None

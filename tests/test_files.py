@@ -9,15 +9,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
-from tests.support.cli import fi_patch, patch_result, state_of
+from tests.support.cli import fi_patch, patch_result, state_of, states_of
 from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.expected import expected
-from tests.support.releases import RELEASES, fetch, released_text
-from tests.support.venvs import python_of, reinstall, replace_bytes, site_packages, target_file
+from tests.support.releases import FP4, RELEASES, fetch, released_text
+from tests.support.venvs import (
+    fp4_file,
+    python_of,
+    reinstall,
+    replace_bytes,
+    site_packages,
+    target_file,
+)
 
 WHICH_CODE = """
 import importlib.machinery, sys
@@ -214,3 +222,80 @@ def test_uv_venv_without_pip_and_uv_cache_links(runner: CliRunner, tmp_path: Pat
     assert path.read_bytes() == original
     assert hashlib.sha256(original).hexdigest()[:12] == RELEASES["0.5.0"].file_sha256_prefix
     assert site_packages(venv) == path.parents[2]
+
+
+HAND_FIX = "    if torch.version.cuda is not None:\n        return Version(torch.version.cuda)\n"
+
+
+@pytest.mark.parametrize(
+    "above",
+    [
+        pytest.param("", id="without-marker"),
+        pytest.param(
+            "    # fi-patch: cuda-version-torch-first (fi-patch 0.1.0)\n", id="old-marker"
+        ),
+    ],
+)
+def test_the_usual_fix_made_by_hand_is_adopted(
+    runner: CliRunner, venv_with: MakeVenv, above: str
+) -> None:
+    """Someone added the two lines at the top of get_cuda_version, as the issue threads say:
+    check calls it hand-patched, apply keeps the rebuilt original as the backup and writes its
+    own text, revert gives RECORD's bytes."""
+    venv = venv_with("0.7.4")
+    path = target_file(venv)
+    original = path.read_bytes()
+    by_hand = original.replace(
+        b"def get_cuda_version() -> Version:\n",
+        b"def get_cuda_version() -> Version:\n" + (above + HAND_FIX).encode(),
+        1,
+    )
+    replace_bytes(path, by_hand)
+    check = fi_patch(runner, "check", "--venv", venv, "--json")
+    assert check.code == ExitCode.NEEDS_APPLY
+    assert patch_result(check.json)["state"] == "hand-patched"
+    assert "taken out, the file is FlashInfer's original" in patch_result(check.json)["reason"]
+
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    assert path.read_bytes() == expected("0.7.4").encode()
+    backups = {p.read_bytes() for p in (venv / ".fi-patch" / "backups").iterdir()}
+    assert original in backups and by_hand not in backups
+    assert state_of(runner, venv) == ("patched", ExitCode.OK)
+
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert path.read_bytes() == original
+    assert list((venv / ".fi-patch" / "backups").iterdir()) == []
+
+
+def test_the_forwarding_fix_made_by_hand_is_adopted(runner: CliRunner, venv_with: MakeVenv) -> None:
+    """The op's call made by keyword by hand, as upstream did in 0.7.1: adopted the same way."""
+    venv = venv_with("0.7.0")
+    path = fp4_file(venv)
+    original = path.read_bytes()
+    op = original.split(b"def _fp4_quantize_custom_op(", 1)[1].split(b"\n\n\n", 1)[0]
+    fixed = op
+    for name in (b"is_sf_swizzled_layout", b"is_sf_8x4_layout", b"enable_pdl"):
+        fixed = fixed.replace(b"        %s,\n" % name, b"        %s=%s,\n" % (name, name))
+    assert fixed.count(b"=is_sf_") == 2
+    replace_bytes(path, original.replace(op, fixed, 1))
+    states, code = states_of(runner, venv)
+    assert states["fp4-op-keyword-forwarding"] == "hand-patched" and code == ExitCode.NEEDS_APPLY
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    assert path.read_bytes() == expected("0.7.0", FP4).encode()
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert path.read_bytes() == original
+
+
+def test_the_fix_by_hand_with_another_edit_stays_drifted(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.7.4")
+    path = target_file(venv)
+    by_hand = path.read_bytes().replace(
+        b"def get_cuda_version() -> Version:\n",
+        b"def get_cuda_version() -> Version:\n" + HAND_FIX.encode(),
+        1,
+    )
+    replace_bytes(path, by_hand + b"# and a local note\n")
+    assert state_of(runner, venv) == ("drifted", ExitCode.DRIFTED)
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.DRIFTED

@@ -303,7 +303,9 @@ def _apply_change(
             for r in records
         ),
     )
-    return Change(state.path, state.relpath, current, after, staged, committed)
+    return Change(
+        state.path, state.relpath, current, after, staged, committed, original=state.rebuilt
+    )
 
 
 def _patch_record(
@@ -353,7 +355,10 @@ def _record(
 
 
 def _original(store: Store, state: FileState, current: bytes, installed: Installed) -> bytes:
-    """FlashInfer's original bytes of the file: on disk, or in fi-patch's backup."""
+    """FlashInfer's original bytes of the file: on disk, rebuilt from a hand-made fix, or in
+    fi-patch's backup."""
+    if state.rebuilt is not None:
+        return state.rebuilt
     if state.condition == "original" or state.record is None:
         return current
     return _from_backup(store, state.record, installed)

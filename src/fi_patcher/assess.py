@@ -27,7 +27,14 @@ from fi_patcher.model import (
     State,
     Verdict,
 )
-from fi_patcher.recognise import Match, Unrecognised, parse, recognise_in, sha256_bytes
+from fi_patcher.recognise import (
+    Match,
+    Unrecognised,
+    parse,
+    recognise_in,
+    sha256_bytes,
+    sha256_text,
+)
 from fi_patcher.registry import fit
 
 
@@ -214,7 +221,7 @@ def _original_or_drifted(
             state, reason=_unrecognised_reason(text, patch, matched), found=matched.found
         )
         if not unknown:
-            return refused
+            return _hand_patched(refused, text, file, members) or refused
         unmatched.append(refused)
     if not shapes:
         return unmatched[0]
@@ -229,6 +236,36 @@ def _original_or_drifted(
             f"elsewhere (sha256 {(state.sha256 or '')[:12]}…, RECORD {record_sha[:12]}…)",
         )
     return replace(state, condition="original", reason="FlashInfer's original bytes")
+
+
+def _hand_patched(
+    state: FileState, text: str, file: InstalledFile, members: Sequence[tuple[Patch, Fit]]
+) -> FileState | None:
+    """The file as someone patched it by hand: the usual fix of one or more patches, which,
+    taken out, leaves exactly FlashInfer's original (RECORD's hash)."""
+    if file.record_sha256 is None or state.record is not None:
+        return None
+    # Imported here: libcst is the slowest import of all, and only unknown texts get here.
+    from fi_patcher.codemod import take_out
+
+    known = [(p, f.shape) for p, f in members if f.verdict is Verdict.IN_RANGE and f.shape]
+    original, hand = text, list[str]()
+    for patch, shape in known:
+        taken = take_out(original, patch, shape)
+        if taken is not None:
+            original, hand = taken, [*hand, patch.id]
+    if not hand or sha256_text(original) != file.record_sha256:
+        return None
+    return replace(
+        state,
+        condition="hand-patched",
+        reason=f"{', '.join(hand)} made by hand: taken out, the file is FlashInfer's original "
+        "(RECORD's hash); `fi-patch apply` adopts it, keeping that original as its backup",
+        shapes={p.id: s for p, s in known},
+        hand=tuple(hand),
+        rebuilt=original.encode("utf-8"),
+        found=None,
+    )
 
 
 def _unrecognised_reason(text: str, patch: Patch, matched: Unrecognised) -> str:
@@ -292,6 +329,15 @@ def patch_state(patch: Patch, how: Fit, file: FileState | None, version: str) ->
         )
     if file.condition == "drifted":
         return known
+    if file.condition == "hand-patched" and patch.id in file.hand:
+        return replace(known, state=State.HAND_PATCHED)
+    if file.condition == "hand-patched":
+        return replace(
+            known,
+            state=State.PRISTINE,
+            reason=f"FlashInfer's original {patch.function} (shape {_shape(how)}), in a file "
+            f"with {', '.join(file.hand)} made by hand; needs apply",
+        )
     return _original(known, patch, how, file, version)
 
 

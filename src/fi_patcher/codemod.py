@@ -18,9 +18,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from fi_patcher.model import InsertFirst, KeywordArguments, Patch, Shape
-from fi_patcher.recognise import Match, Unrecognised, recognise
+from fi_patcher.recognise import Match, Unrecognised, locate, parse, recognise
 
-__all__ = ["Composed", "Unrecognised", "compose"]
+__all__ = ["Composed", "Unrecognised", "compose", "take_out"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,32 @@ def compose(
             return rewritten
         text, shapes[patch.id] = rewritten, matched.shape
     return Composed(text, shapes)
+
+
+def take_out(text: str, patch: Patch, shape: Shape) -> str | None:
+    """`text` with `patch`'s change to its function taken out, or None where the function does
+    not carry exactly that change. fi-patch's marker comment goes with it, and any other comment
+    above the change stays; whether the result is FlashInfer's original is for its hash to say.
+    This is how the usual fix, made by hand, is recognised."""
+    tree = parse(text)
+    if isinstance(tree, Unrecognised):
+        return None
+    located = locate(tree, text, patch.function)
+    if isinstance(located, Unrecognised):
+        return None
+    node, found = located
+    lines = re.findall(r"[^\n]*\n|[^\n]+\Z", text)
+    snippet = "".join(lines[found.start - 1 : found.end])
+    if not _same_function(snippet, node):
+        return None
+    module = cst.parse_module(snippet)
+    (definition,) = module.body
+    assert isinstance(definition, cst.FunctionDef)
+    undone = _TAKE_OUT[type(patch.operation)](definition, patch, shape)
+    if undone is None:
+        return None
+    spliced = module.with_changes(body=[undone]).code
+    return "".join(lines[: found.start - 1]) + spliced + "".join(lines[found.end :])
 
 
 def _rewrite(text: str, patch: Patch, matched: Match, tool_version: str) -> str | Unrecognised:
@@ -161,6 +187,88 @@ def _keyword_arguments(
     body = [marked if s is holder else s for s in block.body]
     return definition.with_changes(body=block.with_changes(body=body))
 
+
+# --- taking a change out ------------------------------------------------------------------------
+
+
+def _code(statement: cst.CSTNode) -> str:
+    """A statement's code without the comments and blank lines above it."""
+    if isinstance(statement, cst.SimpleStatementLine | cst.BaseCompoundStatement):
+        statement = statement.with_changes(leading_lines=())
+    return cst.Module(body=[statement]).code  # type: ignore[list-item]
+
+
+def _not_ours(lines: Sequence[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    return [
+        line
+        for line in lines
+        if line.comment is None or not line.comment.value.startswith("# fi-patch: ")
+    ]
+
+
+def _take_out_first(
+    definition: cst.FunctionDef, patch: Patch, shape: Shape
+) -> cst.FunctionDef | None:
+    """The body without the shape's statements where it starts with them (after the docstring);
+    a comment above them that is not fi-patch's marker moves to the statement after."""
+    operation = patch.operation
+    assert isinstance(operation, InsertFirst) and shape.text is not None
+    block = definition.body
+    if not isinstance(block, cst.IndentedBlock):
+        return None
+    own = list(cst.parse_module(operation.texts[shape.text]).body)
+    at = 1 if definition.get_docstring(clean=False) is not None else 0
+    statements = [s for s in block.body if isinstance(s, _Statement)]
+    if len(statements) != len(block.body):
+        return None
+    head, rest = statements[at : at + len(own)], statements[at + len(own) :]
+    if len(head) < len(own) or not rest:
+        return None
+    if [_code(s) for s in head] != [_code(s) for s in own]:
+        return None
+    kept = _not_ours(head[0].leading_lines)
+    rest[0] = rest[0].with_changes(leading_lines=[*kept, *rest[0].leading_lines])
+    return definition.with_changes(body=block.with_changes(body=[*statements[:at], *rest]))
+
+
+def _take_out_keywords(
+    definition: cst.FunctionDef, patch: Patch, shape: Shape
+) -> cst.FunctionDef | None:
+    """The one call of `operation.call` with its `x=x` arguments after the first `positional`
+    passed positionally again, and fi-patch's marker above it gone."""
+    operation = patch.operation
+    assert isinstance(operation, KeywordArguments)
+    block = definition.body
+    if not isinstance(block, cst.IndentedBlock):
+        return None
+    wanted = m.Call(func=m.Name(operation.call))
+    holders = [s for s in block.body if m.findall(s, wanted)]
+    calls = [c for s in holders for c in m.findall(s, wanted)]
+    if len(calls) != 1:
+        return None
+    (call,) = calls
+    assert isinstance(call, cst.Call)
+    later = list(call.args)[operation.positional :]
+    named = [
+        a.keyword is not None and isinstance(a.value, cst.Name) and a.keyword.value == a.value.value
+        for a in later
+    ]
+    if not later or not all(named):
+        return None
+    positional = [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT) for a in later]
+    new_call = call.with_changes(args=[*list(call.args)[: operation.positional], *positional])
+    (holder,) = holders
+    undone = holder.deep_replace(call, new_call)
+    assert isinstance(undone, cst.SimpleStatementLine | cst.BaseCompoundStatement)
+    undone = undone.with_changes(leading_lines=_not_ours(undone.leading_lines))
+    body = [undone if s is holder else s for s in block.body]
+    return definition.with_changes(body=block.with_changes(body=body))
+
+
+_TAKE_OUT: dict[type, Callable[[cst.FunctionDef, Patch, Shape], cst.FunctionDef | None]] = {
+    InsertFirst: _take_out_first,
+    KeywordArguments: _take_out_keywords,
+}
 
 _REWRITES: dict[type, _Rewrite] = {
     InsertFirst: _insert_first,

@@ -21,7 +21,8 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
     """Bad command-line usage (also Typer's own code for it)."""
     NEEDS_APPLY = 3
-    """check: FlashInfer is pristine or a reinstall wiped the patch; `fi-patch apply` fixes it."""
+    """check: a patch is pristine, wiped by a reinstall, made by hand, or its run was interrupted;
+    `fi-patch apply` fixes it."""
     NOT_INSTALLED = 4
     """flashinfer-python is not installed in the target environment."""
     ENVIRONMENT = 5
@@ -129,6 +130,7 @@ _STATE_EXIT = {
     State.NOT_APPLICABLE: ExitCode.OK,
     State.PRISTINE: ExitCode.NEEDS_APPLY,
     State.WIPED: ExitCode.NEEDS_APPLY,
+    State.HAND_PATCHED: ExitCode.NEEDS_APPLY,
     State.NOT_INSTALLED: ExitCode.NOT_INSTALLED,
     State.DRIFTED: ExitCode.DRIFTED,
 }

@@ -18,6 +18,7 @@ class State(enum.StrEnum):
     PRISTINE = "pristine"
     PATCHED = "patched"
     WIPED = "wiped"
+    HAND_PATCHED = "hand-patched"
     DRIFTED = "drifted"
 
 
@@ -268,8 +269,9 @@ class FileState:
     relpath: str
     path: Path
     condition: str
-    """original, patched or drifted; absent or unrecorded (not in RECORD) for a broken install
-    or a release outside every range."""
+    """original, patched, hand-patched (the usual fix made by hand over the original) or
+    drifted; absent or unrecorded (not in RECORD) for a broken install or a release outside
+    every range."""
     reason: str
     sha256: str | None = None
     record: FileRecord | None = None
@@ -283,6 +285,10 @@ class FileState:
     """The shape each patch's function has in the original, by patch id, where recognised."""
     upgraded: FileRecord | None = None
     """fi-patch's record of this file in a release installed before this one."""
+    hand: tuple[str, ...] = ()
+    """The patches someone made by hand (condition hand-patched)."""
+    rebuilt: bytes | None = None
+    """FlashInfer's original, rebuilt by taking the hand-made changes out (equal to RECORD)."""
 
     @property
     def applied(self) -> tuple[str, ...]:

@@ -102,7 +102,7 @@ def _step(
         assert file is not None
         unfinished = file.interrupted is not None or file.unproven
         return Step(patch, "finish" if unfinished else "already-applied", state.reason)
-    if state.state in (State.PRISTINE, State.WIPED):
+    if state.state in (State.PRISTINE, State.WIPED, State.HAND_PATCHED):
         return Step(patch, "add", state.reason)
     assert file is not None and state.fit is not None
     if state.fit.verdict is not Verdict.UNKNOWN:

@@ -56,6 +56,7 @@ _STATE_STYLE = {
     "not-applicable": "cyan",
     "pristine": "yellow",
     "wiped": "yellow",
+    "hand-patched": "yellow",
     "not-installed": "red",
     "drifted": "bold red",
 }

@@ -210,6 +210,9 @@ class Change:
     """The record while the write is under way (its `pending` says what is being written)."""
     committed: FileRecord | None
     """The record once the write is proven; None when the file is FlashInfer's original again."""
+    original: bytes | None = None
+    """FlashInfer's original bytes, where they are neither on disk nor backed up yet (a fix
+    made by hand, adopted): they are backed up too."""
 
 
 class Transaction:
@@ -226,9 +229,11 @@ class Transaction:
     def write(self) -> None:
         change = self.change
         mode = stat.S_IMODE(os.stat(change.path).st_mode) if change.path.exists() else 0o644
-        name, new = self.journal.store.put_backup(change.before)
-        if new:
-            self.created.append(name)
+        for data in (change.before, change.original):
+            if data is not None:
+                name, new = self.journal.store.put_backup(data)
+                if new:
+                    self.created.append(name)
         self.steps.append("backup")
         self.journal.put(change.relpath, change.staged)
         self.steps.append("journal")
