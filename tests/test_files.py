@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fi_patcher.errors import ExitCode
+from fi_patcher.errors import ExitCode, WriteFailed
+from fi_patcher.store import Store
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result, state_of, states_of
 from tests.support.deps import CUDA_TORCH, shared, use
@@ -299,3 +300,17 @@ def test_the_fix_by_hand_with_another_edit_stays_drifted(
     replace_bytes(path, by_hand + b"# and a local note\n")
     assert state_of(runner, venv) == ("drifted", ExitCode.DRIFTED)
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.DRIFTED
+
+
+def test_a_lock_held_too_long_names_its_holder(tmp_path: Path) -> None:
+    """A real flock on a real store, held through another open file: the waiter names it."""
+    store = Store(tmp_path)
+    with store.lock("apply"):
+        assert store.holder() is None, "a process does not wait for itself"
+        other = Store(tmp_path)
+        with pytest.raises(WriteFailed) as raised, other.lock("revert", timeout=0.3):
+            pass
+    message = raised.value.message
+    assert f"fi-patch apply (pid {os.getpid()}, since " in message
+    assert "has held" in message and "for more than 0.3 s" in message
+    assert Store(tmp_path).holder() is None

@@ -30,6 +30,7 @@ from fi_patcher.model import (
     Assessment,
     FileRecord,
     FileState,
+    Holder,
     Installed,
     Interpreter,
     Patch,
@@ -194,7 +195,7 @@ def apply(target: Target, chosen: PatchSet, options: Options | None = None) -> O
     if options.dry_run or plan.idle:
         files = tuple(_dry_run(inspection, plan))
         return _outcome(inspection.assessment, plan, files, facts, warnings)
-    with inspection.store.lock():
+    with inspection.store.lock("apply", _lock_wait(options), _waiting(options)):
         for file in plan.files:
             clear_temporaries(file.state.path)
         journal = Journal(inspection.store)
@@ -624,7 +625,7 @@ def revert(target: Target, chosen: PatchSet, options: Options | None = None) -> 
     if not store.root.exists():
         assessment = _inspect(interpreter, chosen.patches).assessment
         return _nothing(assessment, chosen, "nothing to revert: fi-patch never patched here")
-    with store.lock():
+    with store.lock("revert", _lock_wait(options), _waiting(options)):
         journal = Journal(store)
         store.drop_unreferenced(journal.records)
         for record in journal.records.values():
@@ -812,6 +813,23 @@ def _nothing(assessment: Assessment, chosen: PatchSet, message: str) -> Outcome:
     )
 
 
+# --- the lock -----------------------------------------------------------------------------------
+
+
+def _lock_wait(options: Options) -> float:
+    """As long as another fi-patch may hold the lock: its probe, pre-flight and compile check,
+    and two proof processes (before and after)."""
+    return 2 * options.verify_timeout + 3 * options.timeout + 60
+
+
+def _waiting(options: Options) -> Callable[[Holder | None], None]:
+    def say(holder: Holder | None) -> None:
+        who = holder.describe() if holder is not None else "another fi-patch"
+        options.progress(f"waiting for {who}, which holds this environment's lock")
+
+    return say
+
+
 # --- reading the target -------------------------------------------------------------------------
 
 
@@ -836,7 +854,8 @@ def _inspect(interpreter: Interpreter, patches: Sequence[Patch]) -> _Inspection:
                 continue
             if patch.target not in sources:
                 sources[patch.target] = _read(installed.files[patch.target].path)
-    return _Inspection(assess(patches, installed, sources, records), sources, store)
+    assessment = assess(patches, installed, sources, records, busy=store.holder())
+    return _Inspection(assessment, sources, store)
 
 
 def _read(path: Path) -> bytes | None:

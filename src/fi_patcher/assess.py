@@ -19,6 +19,7 @@ from fi_patcher.model import (
     FileRecord,
     FileState,
     Fit,
+    Holder,
     Installed,
     InstalledFile,
     Patch,
@@ -43,15 +44,18 @@ def assess(
     installed: Installed | None,
     sources: Mapping[str, bytes | None],
     records: Mapping[str, FileRecord],
+    *,
+    busy: Holder | None = None,
 ) -> Assessment:
     """The state of every patch in `patches`, given the installed distribution, the bytes of its
-    target files (None: missing) and fi-patch's records of them."""
+    target files (None: missing), fi-patch's records of them, and the fi-patch holding the
+    environment's lock now, if any (a write under way is then not an interrupted one)."""
     if installed is None:
         states = tuple(
             PatchState(p, State.NOT_INSTALLED, f"{p.distribution} is not installed")
             for p in patches
         )
-        return Assessment(None, states, {})
+        return Assessment(None, states, {}, busy)
     fits = {p.id: fit(p, installed.version) for p in patches}
     members: dict[str, list[tuple[Patch, Fit]]] = {}
     for patch in patches:
@@ -64,13 +68,14 @@ def assess(
             _current(records.get(relpath), installed.version),
             group,
             upgraded=_stale(records.get(relpath), installed.version),
+            busy=busy,
         )
         for relpath, group in members.items()
     }
     states = tuple(
         patch_state(p, fits[p.id], files.get(p.target), installed.version) for p in patches
     )
-    return Assessment(installed, states, files)
+    return Assessment(installed, states, files, busy)
 
 
 # --- the journal --------------------------------------------------------------------------------
@@ -122,6 +127,7 @@ def file_state(
     members: Sequence[tuple[Patch, Fit]],
     *,
     upgraded: FileRecord | None = None,
+    busy: Holder | None = None,
 ) -> FileState:
     """What one target file is. `members` are the patches that target it, with how they fit the
     installed version (in range, or unknown); `record` is fi-patch's record of this release's
@@ -137,9 +143,10 @@ def file_state(
         record=settled.record,
         interrupted=settled.interrupted,
         unproven=settled.unproven,
+        busy=busy if settled.interrupted else None,
     )
     if settled.record is not None and sha == settled.record.sha256:
-        return replace(state, condition="patched", reason=_patched_reason(settled))
+        return replace(state, condition="patched", reason=_patched_reason(settled, busy))
     if not file.recorded:
         return replace(state, condition="unrecorded", reason=f"RECORD does not list {file.path}")
     try:
@@ -277,8 +284,10 @@ def _unrecognised_reason(text: str, patch: Patch, matched: Unrecognised) -> str:
     return matched.reason
 
 
-def _patched_reason(settled: Settled) -> str:
+def _patched_reason(settled: Settled, busy: Holder | None) -> str:
     assert settled.record is not None
+    if settled.interrupted and busy is not None:
+        return _in_progress(busy)
     if settled.unproven and settled.interrupted:
         return (
             f"the bytes fi-patch wrote, but its {settled.interrupted} was interrupted before it "
@@ -344,6 +353,8 @@ def patch_state(patch: Patch, how: Fit, file: FileState | None, version: str) ->
 def _original(
     known: PatchState, patch: Patch, how: Fit, file: FileState, version: str
 ) -> PatchState:
+    if file.interrupted and file.busy is not None:
+        return replace(known, state=State.PRISTINE, reason=_in_progress(file.busy))
     if file.interrupted:
         return replace(
             known,
@@ -383,6 +394,13 @@ def _unknown_reason(patch: Patch, how: Fit, file: FileState) -> str:
             "`apply --force` can patch it"
         )
     return f"{how.reason}; {file.reason}"
+
+
+def _in_progress(busy: Holder) -> str:
+    return (
+        f"{busy.describe()} is writing or proving this file now, not interrupted; check again "
+        "when it has finished"
+    )
 
 
 def _shape(how: Fit) -> str:

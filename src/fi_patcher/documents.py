@@ -151,12 +151,13 @@ def preflight_json(facts: Preflight) -> dict[str, Any]:
 def _target(target: Target, assessment: Assessment) -> dict[str, Any]:
     installed = assessment.installed
     distribution = assessment.patches[0].patch.distribution if assessment.patches else None
+    busy = assessment.busy
     return {
         "environment": str(target.interpreter.prefix),
         "python": str(target.interpreter.python),
         "distribution": distribution,
         "version": installed.version if installed else None,
-    }
+    } | ({"busy": {"pid": busy.pid, "command": busy.command, "since": busy.since}} if busy else {})
 
 
 def _patch_state(state: PatchState, installed: Installed | None) -> dict[str, Any]:

@@ -250,6 +250,20 @@ class FileRecord:
         return tuple(p.id for p in self.patches)
 
 
+@dataclass(frozen=True)
+class Holder:
+    """The fi-patch that holds an environment's lock: it is writing or proving right now."""
+
+    pid: int
+    command: str
+    since: str
+
+    def describe(self) -> str:
+        if not self.pid:
+            return "another fi-patch"
+        return f"fi-patch {self.command} (pid {self.pid}, since {self.since})"
+
+
 # --- results ------------------------------------------------------------------------------------
 
 
@@ -280,6 +294,8 @@ class FileState:
     """apply or revert, when fi-patch was killed during one; the next command finishes it."""
     unproven: bool = False
     """The file holds bytes an interrupted apply wrote but never proved."""
+    busy: Holder | None = None
+    """The fi-patch whose write this is, still running: not an interrupted one."""
     found: FunctionSpan | None = None
     shapes: Mapping[str, Shape] = field(default_factory=dict)
     """The shape each patch's function has in the original, by patch id, where recognised."""
@@ -318,3 +334,5 @@ class Assessment:
     installed: Installed | None
     patches: tuple[PatchState, ...]
     files: Mapping[str, FileState]
+    busy: Holder | None = None
+    """A fi-patch writing or proving in this environment right now."""

@@ -21,11 +21,12 @@ import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from fi_patcher.errors import StoreProblem, WriteFailed
-from fi_patcher.model import FileRecord, PatchRecord, Pending
+from fi_patcher.model import FileRecord, Holder, PatchRecord, Pending
 from fi_patcher.recognise import sha256_bytes
 
 SCHEMA = 2
@@ -140,25 +141,59 @@ class Store:
     # --- lock ---
 
     @contextlib.contextmanager
-    def lock(self, timeout: float = LOCK_TIMEOUT) -> Iterator[None]:
-        """Hold the environment's lock; wait for another fi-patch up to `timeout` seconds."""
+    def lock(
+        self,
+        command: str,
+        timeout: float = LOCK_TIMEOUT,
+        waiting: Callable[[Holder | None], None] | None = None,
+    ) -> Iterator[None]:
+        """Hold the environment's lock, saying in it who holds it (`command`, this pid, since
+        when); wait for another fi-patch up to `timeout` seconds, telling `waiting` whom."""
         self._make_root()
         path = self.root / "lock"
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             deadline = time.monotonic() + timeout
+            told = False
             while True:
                 try:
                     fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError as exc:
+                    holder = _read_holder(descriptor)
                     if time.monotonic() >= deadline:
                         raise WriteFailed(
-                            f"another fi-patch has held {path} for {timeout:g} s",
-                            remedy="wait for it to finish, then run this command again",
+                            f"{_holding(holder)} has held {path} for more than {timeout:g} s",
+                            remedy="wait for it to finish (fi-patch waits as long as two "
+                            "proofs may take), then run this command again",
                         ) from exc
+                    if waiting is not None and not told:
+                        waiting(holder)
+                        told = True
                     time.sleep(0.1)
+            since = datetime.now(UTC).isoformat(timespec="seconds")
+            mine = {"pid": os.getpid(), "command": command, "since": since}
+            os.ftruncate(descriptor, 0)
+            os.pwrite(descriptor, json.dumps(mine).encode(), 0)
             yield
+        finally:
+            os.close(descriptor)
+
+    def holder(self) -> Holder | None:
+        """Who holds the lock now, if anyone. Reads only: a shared lock that cannot be had means
+        an exclusive one is held."""
+        try:
+            descriptor = os.open(self.root / "lock", os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(descriptor) or Holder(0, "fi-patch", "")
+                return None if holder.pid == os.getpid() else holder
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+            return None
         finally:
             os.close(descriptor)
 
@@ -170,6 +205,18 @@ class Store:
                 f"cannot create fi-patch's folder {self.root}: {exc.strerror}",
                 remedy="run fi-patch as the user who owns the environment",
             ) from exc
+
+
+def _read_holder(descriptor: int) -> Holder | None:
+    try:
+        data = json.loads(os.pread(descriptor, 4096, 0) or b"null")
+        return Holder(int(data["pid"]), str(data["command"]), str(data["since"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+def _holding(holder: Holder | None) -> str:
+    return holder.describe() if holder is not None else "another fi-patch"
 
 
 def referenced(records: Mapping[str, FileRecord]) -> set[str]:

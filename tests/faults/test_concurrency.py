@@ -6,6 +6,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.faults.support import sha256
-from tests.support.cli import patch_result, state_of
+from tests.support.cli import fi_patch, patch_result, state_of
 from tests.support.expected import expected
 from tests.support.releases import RELEASES, released_text
 from tests.support.venvs import target_file
@@ -65,3 +66,45 @@ def test_revert_racing_apply(runner: CliRunner, venv_with: MakeVenv) -> None:
         else:
             assert (state, code, now) == ("pristine", ExitCode.NEEDS_APPLY, original)
         assert not list(target_file(venv).parent.glob(".cpp_ext.py.*"))
+
+
+def pending(venv: Path) -> bool:
+    manifest = venv / ".fi-patch" / "manifest.json"
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (OSError, ValueError):
+        return False
+    return any(f["pending"] is not None for f in files)
+
+
+def test_a_running_apply_is_told_from_an_interrupted_one(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    """While a real apply is writing and proving (its journal entry is there), check names it
+    with its pid, and a second apply waits for it, says whom it waits for, and finds the work
+    done."""
+    venv = venv_with("0.7.4")
+    first = start("apply", "--venv", venv, "--json")
+    deadline = time.monotonic() + 120
+    while not pending(venv):
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, "the apply never wrote its journal entry"
+        time.sleep(0.02)
+    check = fi_patch(runner, "check", "--venv", venv, "--json")
+    (result,) = check.json["results"]
+    assert result["busy"]["pid"] == first.pid and result["busy"]["command"] == "apply"
+    assert f"fi-patch apply (pid {first.pid}, since " in patch_result(check.json)["reason"]
+    assert (
+        "is writing or proving this file now, not interrupted"
+        in (patch_result(check.json)["reason"])
+    )
+    second = start("-v", "apply", "--venv", venv, "--json", "--no-verify")
+    out, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err
+    assert f"waiting for fi-patch apply (pid {first.pid}" in err
+    assert first.communicate(timeout=300)[0] and first.returncode == 0
+    assert {p["action"] for p in json.loads(out)["results"][0]["patches"]} == {
+        "already-applied",
+        "not-applicable",
+    }
+    assert state_of(runner, venv) == ("patched", ExitCode.OK)
