@@ -8,6 +8,7 @@ the store's (one per file), and `cli` only renders. See docs/how-it-works.md for
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -43,6 +44,7 @@ from fi_patcher.model import (
     Verdict,
 )
 from fi_patcher.plan import ApplyPlan, FilePlan, plan_apply
+from fi_patcher.processes import Running, started_before
 from fi_patcher.proofs import (
     VERIFY_TIMEOUT,
     Judgement,
@@ -129,6 +131,8 @@ class Outcome:
     warnings: tuple[str, ...] = ()
     failure: FiPatchError | None = None
     """A proof failed after the write: the files it covers are put back (exit 13)."""
+    running: tuple[Running, ...] = ()
+    """Processes of the environment that started before the write: they keep the old code."""
 
 
 @dataclass(frozen=True)
@@ -205,7 +209,9 @@ def apply(target: Target, chosen: PatchSet, options: Options | None = None) -> O
         plan = plan_apply(
             inspection.assessment, chosen, force=options.force, left_out=judgement.left_out
         )
-        return _apply_locked(interpreter, inspection, journal, plan, facts, warnings, options)
+        moment = time.time()
+        outcome = _apply_locked(interpreter, inspection, journal, plan, facts, warnings, options)
+    return _with_running(outcome, interpreter, moment)
 
 
 def _preflight(
@@ -625,6 +631,7 @@ def revert(target: Target, chosen: PatchSet, options: Options | None = None) -> 
     if not store.root.exists():
         assessment = _inspect(interpreter, chosen.patches).assessment
         return _nothing(assessment, chosen, "nothing to revert: fi-patch never patched here")
+    moment = time.time()
     with store.lock("revert", _lock_wait(options), _waiting(options)):
         journal = Journal(store)
         store.drop_unreferenced(journal.records)
@@ -635,7 +642,7 @@ def revert(target: Target, chosen: PatchSet, options: Options | None = None) -> 
             _revert_file(interpreter, inspection, journal, record, chosen, options)
             for record in sorted(journal.records.values(), key=lambda r: r.relpath)
         ]
-    return _revert_outcome(inspection.assessment, chosen, files)
+    return _with_running(_revert_outcome(inspection.assessment, chosen, files), interpreter, moment)
 
 
 @dataclass(frozen=True)
@@ -811,6 +818,14 @@ def _nothing(assessment: Assessment, chosen: PatchSet, message: str) -> Outcome:
         assessment,
         tuple(PatchOutcome(states[p.id], "nothing-to-revert", message) for p in chosen.patches),
     )
+
+
+def _with_running(outcome: Outcome, interpreter: Interpreter, moment: float) -> Outcome:
+    """Where a file changed, the processes of the environment that still run the old code."""
+    changed = any(f.action in ("written", "reverted") for f in outcome.files)
+    if not changed:
+        return outcome
+    return replace(outcome, running=started_before(interpreter, moment))
 
 
 # --- the lock -----------------------------------------------------------------------------------

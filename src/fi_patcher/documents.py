@@ -96,6 +96,9 @@ def outcome_result(target: Target, outcome: Outcome) -> dict[str, Any]:
             for f in outcome.files
         ],
         "warnings": list(outcome.warnings),
+        "running": [
+            {"pid": r.pid, "command": r.command, "started": r.started} for r in outcome.running
+        ],
     }
     if outcome.preflight is not None:
         document["preflight"] = preflight_json(outcome.preflight)

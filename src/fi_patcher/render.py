@@ -130,6 +130,17 @@ def outcome(out: Console, target: Target, result: Outcome, verbosity: Verbosity)
     for file in result.files:
         if file.backup is not None and not verbosity.quiet:
             out.print(f"{file.relpath}: original bytes kept in {file.backup}")
+    if result.running:
+        err.print(
+            Text(
+                f"note: {len(result.running)} process(es) of this environment started before "
+                "the write and keep the old code until they are restarted (fi-patch signals "
+                "nothing):",
+                style="bold yellow",
+            )
+        )
+        for running in result.running:
+            err.print(Text(f"  pid {running.pid} (since {running.started}): {running.command}"))
     if result.failure is not None:
         error(err, result.failure)
 
