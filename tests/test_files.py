@@ -169,16 +169,23 @@ def test_revert_refuses_a_file_changed_after_apply_unless_forced(
     assert path.read_bytes() == released_text(RELEASES["0.5.0"])
 
 
-def test_patched_file_without_a_record_is_drift(runner: CliRunner, venv_with: MakeVenv) -> None:
+def test_patched_file_whose_record_is_gone_is_adopted(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    """fi-patch's folder deleted: its text over RECORD's original is still recognised (as a fix
+    made by hand, or by a fi-patch whose record is gone), and apply records it again with a
+    backup that revert can use."""
     venv = venv_with("0.5.0")
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     shutil.rmtree(venv / ".fi-patch")
     check = fi_patch(runner, "check", "--venv", venv, "--json")
-    assert check.code == ExitCode.DRIFTED
-    assert (
-        "carries fi-patch's cuda-version-torch-first lines, but fi-patch has no record"
-        in (patch_result(check.json)["reason"])
-    )
+    assert check.code == ExitCode.NEEDS_APPLY
+    assert patch_result(check.json)["state"] == "hand-patched"
+    assert "or by a fi-patch whose record is gone" in patch_result(check.json)["reason"]
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    assert state_of(runner, venv) == ("patched", ExitCode.OK)
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert target_file(venv).read_bytes() == released_text(RELEASES["0.5.0"])
 
 
 def test_uv_venv_without_pip_and_uv_cache_links(runner: CliRunner, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from fi_patcher.errors import (
     NotInstalled,
     RequirementUnmet,
     StoreProblem,
+    StoreUnreadable,
     VerificationFailed,
 )
 from fi_patcher.installed import find_installed
@@ -153,8 +154,9 @@ def open_target(
 
 
 def check(target: Target, chosen: PatchSet) -> Assessment:
-    """Every chosen patch's state. Reads only: takes no lock and creates nothing."""
-    assessment = _inspect(target.interpreter, chosen.patches).assessment
+    """Every chosen patch's state. Reads only: takes no lock and creates nothing, and records it
+    may not read (another user's) do not stop it: the files' hashes still answer."""
+    assessment = _inspect(target.interpreter, chosen.patches, reading=True).assessment
     problem = install_problem(assessment)
     if problem is not None:
         raise problem
@@ -238,7 +240,8 @@ def _apply_locked(
 ) -> Outcome:
     assessment = inspection.assessment
     changes = [_apply_change(inspection, file, plan, facts, options) for file in plan.files]
-    writes = [c for c in changes if c.before != c.after]
+    # An adopted file may already hold fi-patch's bytes: its original must still be kept.
+    writes = [c for c in changes if c.before != c.after or c.original is not None]
     for change in writes:
         compile_check(interpreter.python, change.after, str(change.path), options.timeout)
     before: dict[str, ProofReport] = {}
@@ -857,9 +860,17 @@ def _require_installed(assessment: Assessment, interpreter: Interpreter) -> None
         )
 
 
-def _inspect(interpreter: Interpreter, patches: Sequence[Patch]) -> _Inspection:
+def _inspect(
+    interpreter: Interpreter, patches: Sequence[Patch], *, reading: bool = False
+) -> _Inspection:
     store = Store(interpreter.prefix)
-    records = store.load()
+    unreadable = None
+    try:
+        records = store.load()
+    except StoreUnreadable as exc:
+        if not reading:
+            raise
+        records, unreadable = {}, exc.message
     distribution = patches[0].distribution
     installed = find_installed(interpreter, distribution, {p.target for p in patches})
     sources: dict[str, bytes | None] = {}
@@ -869,7 +880,9 @@ def _inspect(interpreter: Interpreter, patches: Sequence[Patch]) -> _Inspection:
                 continue
             if patch.target not in sources:
                 sources[patch.target] = _read(installed.files[patch.target].path)
-    assessment = assess(patches, installed, sources, records, busy=store.holder())
+    assessment = assess(
+        patches, installed, sources, records, busy=store.holder(), unreadable=unreadable
+    )
     return _Inspection(assessment, sources, store)
 
 

@@ -46,16 +46,19 @@ def assess(
     records: Mapping[str, FileRecord],
     *,
     busy: Holder | None = None,
+    unreadable: str | None = None,
 ) -> Assessment:
     """The state of every patch in `patches`, given the installed distribution, the bytes of its
     target files (None: missing), fi-patch's records of them, and the fi-patch holding the
-    environment's lock now, if any (a write under way is then not an interrupted one)."""
+    environment's lock now, if any (a write under way is then not an interrupted one). With
+    `unreadable` (why fi-patch's records could not be read), a file that is fi-patch's text over
+    FlashInfer's original is patched by its hashes alone, and the reason is kept as a warning."""
     if installed is None:
         states = tuple(
             PatchState(p, State.NOT_INSTALLED, f"{p.distribution} is not installed")
             for p in patches
         )
-        return Assessment(None, states, {}, busy)
+        return Assessment(None, states, {}, busy, _warned(unreadable))
     fits = {p.id: fit(p, installed.version) for p in patches}
     members: dict[str, list[tuple[Patch, Fit]]] = {}
     for patch in patches:
@@ -73,9 +76,32 @@ def assess(
         for relpath, group in members.items()
     }
     states = tuple(
-        patch_state(p, fits[p.id], files.get(p.target), installed.version) for p in patches
+        _by_hashes(patch_state(p, fits[p.id], files.get(p.target), installed.version), unreadable)
+        for p in patches
     )
-    return Assessment(installed, states, files, busy)
+    return Assessment(installed, states, files, busy, _warned(unreadable))
+
+
+def _warned(unreadable: str | None) -> tuple[str, ...]:
+    if unreadable is None:
+        return ()
+    return (f"fi-patch's records could not be read ({unreadable}): states come from hashes alone",)
+
+
+def _by_hashes(state: PatchState, unreadable: str | None) -> PatchState:
+    """Without the records, fi-patch's own text (its marker, over RECORD's original) is still
+    known for what it is."""
+    file = state.file
+    if unreadable is None or state.state is not State.HAND_PATCHED or file is None:
+        return state
+    if state.patch.id not in file.marked:
+        return state
+    return replace(
+        state,
+        state=State.PATCHED,
+        reason=f"fi-patch's text over FlashInfer's original (its marker; taken out, the file is "
+        f"RECORD's bytes); fi-patch's record could not be read: {unreadable}",
+    )
 
 
 # --- the journal --------------------------------------------------------------------------------
@@ -256,20 +282,24 @@ def _hand_patched(
     from fi_patcher.codemod import take_out
 
     known = [(p, f.shape) for p, f in members if f.verdict is Verdict.IN_RANGE and f.shape]
-    original, hand = text, list[str]()
+    original, hand, marked = text, list[str](), list[str]()
     for patch, shape in known:
         taken = take_out(original, patch, shape)
         if taken is not None:
+            if patch.marker_prefix in original:
+                marked.append(patch.id)
             original, hand = taken, [*hand, patch.id]
     if not hand or sha256_text(original) != file.record_sha256:
         return None
     return replace(
         state,
         condition="hand-patched",
-        reason=f"{', '.join(hand)} made by hand: taken out, the file is FlashInfer's original "
-        "(RECORD's hash); `fi-patch apply` adopts it, keeping that original as its backup",
+        reason=f"{', '.join(hand)} made by hand (or by a fi-patch whose record is gone): taken "
+        "out, the file is FlashInfer's original (RECORD's hash); `fi-patch apply` adopts it, "
+        "keeping that original as its backup",
         shapes={p.id: s for p, s in known},
         hand=tuple(hand),
+        marked=tuple(marked),
         rebuilt=original.encode("utf-8"),
         found=None,
     )

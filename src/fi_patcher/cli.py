@@ -5,6 +5,7 @@ errors to exit codes in one place (`_run`). The only module that imports typer.
 from __future__ import annotations
 
 import os
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -17,7 +18,7 @@ from rich.text import Text
 
 from fi_patcher import __version__, api, documents, render
 from fi_patcher.environment import PROBE_TIMEOUT
-from fi_patcher.errors import ExitCode, FiPatchError
+from fi_patcher.errors import ExitCode, FiPatchError, Internal
 from fi_patcher.model import PatchSet
 from fi_patcher.proofs import VERIFY_TIMEOUT
 from fi_patcher.registry import choose, load_patches
@@ -392,11 +393,21 @@ def _guarded(
     spec: Spec,
     progress: Progress,
 ) -> _Outcome:
-    """One target's outcome; its error becomes its outcome, so the other targets go on."""
+    """One target's outcome; its error, whatever it is, becomes its outcome, so that the other
+    targets go on and their results are reported."""
     try:
         return one(spec, progress)
     except FiPatchError as error:
         failure = error
+    except Exception as exc:  # a bug on one target must not lose the others' results
+        failure = Internal(
+            f"fi-patch failed on this target: {type(exc).__name__}: {exc}",
+            remedy="this is a bug in fi-patch: please report it with the command and this message",
+            details=tuple(
+                f"at {Path(frame.filename).name}:{frame.lineno} in {frame.name}"
+                for frame in traceback.extract_tb(exc.__traceback__)[-5:]
+            ),
+        )
     return _Outcome(
         documents.target_error(_spec_text(spec), failure),
         lambda out: render.error(render.console(stderr=True), failure),

@@ -74,7 +74,12 @@ def check_result(
             document["verification"] = proof_json(report)
         patches.append(document)
     code = max((p["exit_code"] for p in patches), default=ExitCode.OK)
-    return {**_target(target, assessment), "exit_code": int(code), "patches": patches}
+    return {
+        **_target(target, assessment),
+        "exit_code": int(code),
+        "patches": patches,
+        "warnings": list(assessment.warnings),
+    }
 
 
 def outcome_result(target: Target, outcome: Outcome) -> dict[str, Any]:

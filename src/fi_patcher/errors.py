@@ -91,8 +91,19 @@ class StoreProblem(FiPatchError):
     exit_code = ExitCode.STORE
 
 
+class StoreUnreadable(StoreProblem):
+    """fi-patch's records exist but cannot be read (another user's): a read-only question can
+    still be answered from hashes."""
+
+
 class WriteFailed(FiPatchError):
     exit_code = ExitCode.WRITE
+
+
+class Internal(FiPatchError):
+    """An exception fi-patch did not expect: a bug, reported as one."""
+
+    exit_code = ExitCode.INTERNAL
 
 
 class Inert(FiPatchError):

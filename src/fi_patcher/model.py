@@ -303,6 +303,8 @@ class FileState:
     """fi-patch's record of this file in a release installed before this one."""
     hand: tuple[str, ...] = ()
     """The patches someone made by hand (condition hand-patched)."""
+    marked: tuple[str, ...] = ()
+    """Of those, the ones that carry fi-patch's marker."""
     rebuilt: bytes | None = None
     """FlashInfer's original, rebuilt by taking the hand-made changes out (equal to RECORD)."""
 
@@ -336,3 +338,4 @@ class Assessment:
     files: Mapping[str, FileState]
     busy: Holder | None = None
     """A fi-patch writing or proving in this environment right now."""
+    warnings: tuple[str, ...] = ()

@@ -69,6 +69,8 @@ def check(
     reports: Mapping[str, ProofReport],
     verbosity: Verbosity,
 ) -> None:
+    for warning in assessment.warnings:
+        console(stderr=True).print(Text("warning: " + warning, style="bold yellow"))
     if verbosity.quiet:
         for state in assessment.patches:
             report = reports.get(state.patch.id)

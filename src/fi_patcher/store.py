@@ -16,6 +16,7 @@ import errno
 import fcntl
 import json
 import os
+import pwd
 import re
 import stat
 import tempfile
@@ -25,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fi_patcher.errors import StoreProblem, WriteFailed
+from fi_patcher.errors import StoreProblem, StoreUnreadable, WriteFailed
 from fi_patcher.model import FileRecord, Holder, PatchRecord, Pending
 from fi_patcher.recognise import sha256_bytes
 
@@ -55,6 +56,11 @@ class Store:
             raw = self.manifest_path.read_bytes()
         except FileNotFoundError:
             return {}
+        except PermissionError as exc:
+            raise StoreUnreadable(
+                f"cannot read {self.manifest_path}: {exc.strerror}",
+                remedy=f"run fi-patch as {self.owner()}, who owns the environment's records",
+            ) from exc
         except OSError as exc:
             raise StoreProblem(f"cannot read {self.manifest_path}: {exc.strerror}") from exc
         try:
@@ -151,7 +157,14 @@ class Store:
         when); wait for another fi-patch up to `timeout` seconds, telling `waiting` whom."""
         self._make_root()
         path = self.root / "lock"
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise WriteFailed(
+                f"cannot open fi-patch's lock {path}: {exc.strerror}",
+                remedy=f"run fi-patch as {self.owner()}, who owns the environment's records "
+                "(fi-patch writes only as the owner)",
+            ) from exc
         try:
             deadline = time.monotonic() + timeout
             told = False
@@ -197,6 +210,15 @@ class Store:
         finally:
             os.close(descriptor)
 
+    def owner(self) -> str:
+        """Who owns the store (or the environment, before there is one), for messages."""
+        for path in (self.root, self.root.parent):
+            try:
+                return _user(path.stat().st_uid)
+            except OSError:
+                continue
+        return "the user who owns the environment"
+
     def _make_root(self) -> None:
         try:
             self.root.mkdir(mode=0o700, exist_ok=True)
@@ -205,6 +227,13 @@ class Store:
                 f"cannot create fi-patch's folder {self.root}: {exc.strerror}",
                 remedy="run fi-patch as the user who owns the environment",
             ) from exc
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name}"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _read_holder(descriptor: int) -> Holder | None:
@@ -403,6 +432,7 @@ def atomic_write(
             os.fsync(handle.fileno())
         if mode is not None:
             os.chmod(temporary, mode)
+        _same_owner(temporary, path)
         os.replace(temporary, path)
         temporary = ""
         if replaced is not None:
@@ -419,6 +449,18 @@ def atomic_write(
         if temporary:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+
+
+def _same_owner(temporary: str, path: Path) -> None:
+    """The new file gets the owner and group of the one it replaces (root writing another
+    user's environment must not leave files that user cannot replace later)."""
+    try:
+        old = path.stat()
+    except FileNotFoundError:
+        return
+    new = os.stat(temporary)
+    if (new.st_uid, new.st_gid) != (old.st_uid, old.st_gid):
+        os.chown(temporary, old.st_uid, old.st_gid)
 
 
 def clear_temporaries(path: Path) -> list[Path]:

@@ -150,6 +150,28 @@ main()
 """
 
 
+# Runs fi-patch's real CLI in a child process where working on one target (the prefix given
+# first) raises an exception fi-patch does not expect: a bug, as a person would meet one.
+BUGGY = r"""
+import sys
+from fi_patcher import api
+broken, arguments = sys.argv[1], sys.argv[2:]
+revert = api.revert
+def buggy(target, chosen, options=None):
+    if str(target.interpreter.prefix) == broken:
+        raise RuntimeError("a bug fi-patch did not expect")
+    return revert(target, chosen, options)
+api.revert = buggy
+sys.argv = ["fi-patch", *arguments]
+from fi_patcher.cli import main
+main()
+"""
+
+
+def buggy(broken: Path, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    return _child(BUGGY, broken, *arguments)
+
+
 def faulty(fault: str, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
     return _child(FAULTY, fault, *arguments)
 

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
-from tests.faults.support import expect, fill, mounted, sha256, stale_temporaries
+from tests.faults.support import buggy, expect, fill, mounted, sha256, stale_temporaries
 from tests.support.cli import Run, fi_patch, patch_result, state_of
 from tests.support.deps import CPU_TORCH, shared, use
 from tests.support.expected import expected
@@ -591,6 +591,26 @@ def test_upgrade_between_apply_and_revert(runner: CliRunner, venv_with: MakeVenv
     assert list((venv / ".fi-patch" / "backups").iterdir()) != []
     expect(fi_patch(runner, "revert", "--venv", venv), ExitCode.OK)
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.6.18.post1"])
+
+
+def test_a_bug_on_one_target_loses_no_other_result(runner: CliRunner, venv_with: MakeVenv) -> None:
+    """An exception fi-patch does not expect, on the first of two targets: the second is still
+    reverted, and the one JSON document says both (exit 1 for the bug)."""
+    first, second = venv_with("0.5.0"), venv_with("0.5.0")
+    for venv in (first, second):
+        expect(_apply(runner, venv), ExitCode.OK)
+    child = buggy(first, "revert", "--json", "--venv", first, "--venv", second)
+    assert child.returncode == ExitCode.INTERNAL, child.stderr
+    assert "Traceback" not in child.stderr
+    broken, reverted = json.loads(child.stdout)["results"]
+    assert broken["target"] == f"--venv {first}"
+    assert broken["error"]["kind"] == "Internal"
+    assert "RuntimeError: a bug fi-patch did not expect" in broken["error"]["message"]
+    assert "a bug in fi-patch: please report it" in broken["error"]["remedy"]
+    assert any(line.startswith("at ") for line in broken["error"]["details"])
+    assert reverted["patches"][0]["action"] == "reverted"
+    assert target_file(second).read_bytes() == released_text(RELEASES["0.5.0"])
+    assert target_file(first).read_bytes() == expected("0.5.0").encode()
 
 
 def test_uninstall_between_apply_and_revert(runner: CliRunner, venv_with: MakeVenv) -> None:
