@@ -156,11 +156,15 @@ def open_target(
 def check(target: Target, chosen: PatchSet) -> Assessment:
     """Every chosen patch's state. Reads only: takes no lock and creates nothing, and records it
     may not read (another user's) do not stop it: the files' hashes still answer."""
-    assessment = _inspect(target.interpreter, chosen.patches, reading=True).assessment
+    interpreter = target.interpreter
+    assessment = _inspect(interpreter, chosen.patches, reading=True).assessment
     problem = install_problem(assessment)
     if problem is not None:
         raise problem
-    return assessment
+    foreign = _foreign(assessment.installed, interpreter)
+    notes: tuple[str, ...] = (f"{foreign.message}; {foreign.remedy}",) if foreign else ()
+    notes += _shadowed(assessment.installed)
+    return replace(assessment, warnings=assessment.warnings + notes)
 
 
 def verify(target: Target, assessment: Assessment, options: Options) -> dict[str, ProofReport]:
@@ -190,12 +194,15 @@ def apply(target: Target, chosen: PatchSet, options: Options | None = None) -> O
     plan = plan_apply(inspection.assessment, chosen, force=options.force)
     if plan.idle:
         return _outcome(inspection.assessment, plan)
+    foreign = _foreign(inspection.assessment.installed, interpreter)
+    if foreign is not None:
+        raise foreign
     # Read-only checks first, so that a refusal leaves the environment as it was.
     facts, judgement = _preflight(interpreter, plan, chosen, options)
     plan = plan_apply(
         inspection.assessment, chosen, force=options.force, left_out=judgement.left_out
     )
-    warnings = judgement.warnings
+    warnings = judgement.warnings + _shadowed(inspection.assessment.installed)
     if not options.verify:
         warnings += ("verification skipped (--no-verify): nothing proves the patches work here",)
     if options.dry_run or plan.idle:
@@ -848,6 +855,31 @@ def _waiting(options: Options) -> Callable[[Holder | None], None]:
     return say
 
 
+def _foreign(installed: Installed | None, interpreter: Interpreter) -> LayoutProblem | None:
+    """The copy this interpreter imports lives outside its environment (a venv made with
+    --system-site-packages, its base's copy): fi-patch never writes there from here."""
+    if installed is None or interpreter.owns(installed.dist_info):
+        return None
+    base = interpreter.base_python or interpreter.base_prefix / "bin" / "python3"
+    return LayoutProblem(
+        f"{installed.name} {installed.version} is installed in {installed.dist_info.parent}, "
+        f"which belongs to the interpreter {base}, not to {interpreter.prefix}; fi-patch "
+        "writes only inside the environment it was given",
+        remedy=f"patch it where it lives: fi-patch apply --python {base} (every environment "
+        "that shares it gets the patch), or install FlashInfer into this environment",
+    )
+
+
+def _shadowed(installed: Installed | None) -> tuple[str, ...]:
+    if installed is None:
+        return ()
+    return tuple(
+        f"another copy of {installed.name} ({info.name}) comes later on this interpreter's path: "
+        "it is not imported, and fi-patch leaves it alone"
+        for info in installed.shadowed
+    )
+
+
 # --- reading the target -------------------------------------------------------------------------
 
 
@@ -863,7 +895,13 @@ def _require_installed(assessment: Assessment, interpreter: Interpreter) -> None
 def _inspect(
     interpreter: Interpreter, patches: Sequence[Patch], *, reading: bool = False
 ) -> _Inspection:
-    store = Store(interpreter.prefix)
+    distribution = patches[0].distribution
+    installed = find_installed(interpreter, distribution, {p.target for p in patches})
+    # The records live with the files: a venv's shared base copy has its own, in the base.
+    owner = interpreter.prefix
+    if installed is not None and not interpreter.owns(installed.dist_info):
+        owner = interpreter.base_prefix
+    store = Store(owner)
     unreadable = None
     try:
         records = store.load()
@@ -871,8 +909,6 @@ def _inspect(
         if not reading:
             raise
         records, unreadable = {}, exc.message
-    distribution = patches[0].distribution
-    installed = find_installed(interpreter, distribution, {p.target for p in patches})
     sources: dict[str, bytes | None] = {}
     if installed is not None:
         for patch in patches:

@@ -86,6 +86,7 @@ def probe(python: Path, timeout: float = PROBE_TIMEOUT) -> Interpreter:
         base_prefix=Path(answer["base_prefix"]),
         python_version=answer["version"],
         site_packages=tuple(Path(p) for p in answer["site_packages"]),
+        base_python=Path(answer["base_executable"]) if answer.get("base_executable") else None,
     )
 
 

@@ -42,12 +42,15 @@ def find_installed(interpreter: Interpreter, name: str, targets: Iterable[str]) 
         )
     if not found:
         return None
-    if len(found) > 1:
+    # The interpreter imports the copy in the first folder on its path; one folder with two
+    # metadata folders is a crashed install, which fi-patch cannot read its way through.
+    first = [(site, info) for site, info in found if site == found[0][0]]
+    if len(first) > 1:
         raise LayoutProblem(
-            f"{name} is installed {len(found)} times in {interpreter.prefix}",
+            f"{name} is installed {len(first)} times in {found[0][0]}",
             remedy="remove the stale metadata folders (a crashed install leaves them) "
             "so that one remains, then run fi-patch again",
-            details=tuple(str(info) for _, info in found),
+            details=tuple(str(info) for _, info in first),
         )
     site, info = found[0]
     distribution = PathDistribution(info)
@@ -60,6 +63,7 @@ def find_installed(interpreter: Interpreter, name: str, targets: Iterable[str]) 
         version=version,
         dist_info=info,
         files=_installed_files(distribution, site, set(targets)),
+        shadowed=tuple(other for _, other in found[1:]),
     )
 
 

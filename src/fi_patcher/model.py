@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,10 +163,17 @@ class Interpreter:
     base_prefix: Path
     python_version: str
     site_packages: tuple[Path, ...]
+    """In the order the interpreter searches them."""
+    base_python: Path | None = None
+    """The interpreter a venv was made from (sys._base_executable)."""
 
     @property
     def is_venv(self) -> bool:
         return self.prefix != self.base_prefix
+
+    def owns(self, folder: Path) -> bool:
+        """Whether `folder` lies inside this environment (not in the base a venv shares)."""
+        return Path(os.path.realpath(folder)).is_relative_to(os.path.realpath(self.prefix))
 
 
 @dataclass(frozen=True)
@@ -189,6 +197,8 @@ class Installed:
     dist_info: Path
     files: Mapping[str, InstalledFile]
     """The files the patches target, by relpath."""
+    shadowed: tuple[Path, ...] = ()
+    """Other copies' metadata folders, later on the path: the interpreter does not import them."""
 
 
 # --- fi-patch's records -------------------------------------------------------------------------

@@ -326,7 +326,7 @@ def test_two_flashinfer_dist_infos(runner: CliRunner, venv_with: MakeVenv) -> No
     expect(
         run,
         ExitCode.LAYOUT,
-        f"flashinfer-python is installed 2 times in {venv}",
+        f"flashinfer-python is installed 2 times in {site_packages(venv)}",
         "flashinfer_python-0.4.1.dist-info",
         "flashinfer_python-0.5.0.dist-info",
         "remove the stale metadata folders",

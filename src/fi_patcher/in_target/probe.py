@@ -28,7 +28,15 @@ def site_packages() -> "list[str]":
             real = os.path.realpath(path)
             if real not in [os.path.realpath(p) for p in found]:
                 found.append(path)
-    return found
+    # In the order a normal start searches them: the first copy of a package is the one
+    # imported (a venv's own site-packages come before the base's).
+    order = [os.path.realpath(p) for p in sys.path]
+
+    def position(path: str) -> int:
+        real = os.path.realpath(path)
+        return order.index(real) if real in order else len(order)
+
+    return sorted(found, key=position)
 
 
 answer = {
@@ -37,5 +45,6 @@ answer = {
     "base_prefix": getattr(sys, "base_prefix", sys.prefix),
     "version": "%d.%d.%d" % sys.version_info[:3],
     "site_packages": site_packages(),
+    "base_executable": getattr(sys, "_base_executable", None),
 }
 sys.stdout.write("\n" + BEGIN + json.dumps(answer) + END + "\n")
