@@ -9,7 +9,9 @@ empty site-packages), FlashInfer installed into it by pip, and a venv made from 
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from fi_patcher.errors import ExitCode
 from tests.support.cli import fi_patch, patch_result
 from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.expected import expected
-from tests.support.releases import RELEASES, TARGET, released_text
+from tests.support.releases import RELEASES, TARGET, fetch, released_text
 from tests.support.venvs import install, python_of, site_packages, target_file
 
 MACHINE_PYTHON = Path("/root/.pyenv/versions/3.11.7")
@@ -144,3 +146,35 @@ def test_with_a_copy_in_both_the_one_imported_first_is_patched(
     assert sha256(base_file) == original
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.4"])
+
+
+def test_a_user_site_copy_a_normal_start_imports_is_named(base: Path, tmp_path: Path) -> None:
+    """A base interpreter (not a venv) imports from the user's site-packages first: a copy
+    there, put by `pip install --user`, is the one a server started by that user runs."""
+    user_base = tmp_path / "user-base"
+    environ = {**os.environ, "PYTHONUSERBASE": str(user_base), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            base / "bin" / "python3.11",
+            "install",
+            "-q",
+            "--user",
+            "--no-deps",
+            "--no-index",
+            fetch(RELEASES["0.7.4"]),
+        ],
+        check=True,
+        env=environ,
+    )
+    runner = CliRunner(env={"PYTHONUSERBASE": str(user_base), "VIRTUAL_ENV": None})
+    check = fi_patch(runner, "check", "--python", base / "bin" / "python3.11", "--json")
+    assert check.code == ExitCode.LAYOUT, check.stdout
+    (result,) = check.json["results"]
+    instead = result["imported_instead"]
+    assert instead["via"] == "the user's site-packages"
+    assert instead["path"].startswith(str(user_base))
+    assert patch_result(check.json)["file"] == str(site_packages(base) / TARGET)

@@ -33,6 +33,7 @@ from fi_patcher.model import (
     FileRecord,
     FileState,
     Holder,
+    Imported,
     Installed,
     Interpreter,
     Patch,
@@ -150,7 +151,8 @@ def open_target(
     timeout: float = PROBE_TIMEOUT,
 ) -> Target:
     interpreter_path, chosen_by = choose_python(venv, python, environ)
-    return Target(probe(interpreter_path, timeout), chosen_by)
+    packages = sorted({p.target.split("/")[0] for p in load_patches()})
+    return Target(probe(interpreter_path, timeout, packages), chosen_by)
 
 
 def check(target: Target, chosen: PatchSet) -> Assessment:
@@ -163,8 +165,12 @@ def check(target: Target, chosen: PatchSet) -> Assessment:
         raise problem
     foreign = _foreign(assessment.installed, interpreter)
     notes: tuple[str, ...] = (f"{foreign.message}; {foreign.remedy}",) if foreign else ()
-    notes += _shadowed(assessment.installed)
-    return replace(assessment, warnings=assessment.warnings + notes)
+    notes += _shadowed(assessment.installed) + _elsewhere(assessment.installed, interpreter)
+    return replace(
+        assessment,
+        warnings=assessment.warnings + notes,
+        imported_instead=_imported_instead(assessment.installed, interpreter),
+    )
 
 
 def verify(target: Target, assessment: Assessment, options: Options) -> dict[str, ProofReport]:
@@ -202,7 +208,11 @@ def apply(target: Target, chosen: PatchSet, options: Options | None = None) -> O
     plan = plan_apply(
         inspection.assessment, chosen, force=options.force, left_out=judgement.left_out
     )
-    warnings = judgement.warnings + _shadowed(inspection.assessment.installed)
+    warnings = (
+        judgement.warnings
+        + _shadowed(inspection.assessment.installed)
+        + _elsewhere(inspection.assessment.installed, interpreter)
+    )
     if not options.verify:
         warnings += ("verification skipped (--no-verify): nothing proves the patches work here",)
     if options.dry_run or plan.idle:
@@ -878,6 +888,39 @@ def _shadowed(installed: Installed | None) -> tuple[str, ...]:
         "it is not imported, and fi-patch leaves it alone"
         for info in installed.shadowed
     )
+
+
+def _imported_instead(installed: Installed | None, interpreter: Interpreter) -> Imported | None:
+    """The copy a normal start of the interpreter imports, where it is not the one fi-patch
+    works on (found through PYTHONPATH or the user's site-packages, which -I leaves out)."""
+    if installed is None or not installed.files:
+        return None
+    file = next(iter(installed.files.values()))
+    package = file.relpath.split("/")[0]
+    found = interpreter.imports.get(package)
+    own = os.path.realpath(file.site_packages / package)
+    if found is None or os.path.realpath(found.path) == own:
+        return None
+    return found
+
+
+def _elsewhere(installed: Installed | None, interpreter: Interpreter) -> tuple[str, ...]:
+    notes = []
+    if interpreter.normal_start is not None:
+        notes.append(
+            "a normal start of this interpreter fails in fi-patch's environment "
+            f"({interpreter.normal_start}): whether a server imports the copy fi-patch works "
+            "on could not be checked"
+        )
+    instead = _imported_instead(installed, interpreter)
+    if instead is not None and installed is not None:
+        notes.append(
+            f"a normal start of {interpreter.python} imports {instead.path} (found through "
+            f"{instead.via}), not the copy fi-patch works on in {interpreter.prefix}: a server "
+            "started like fi-patch was does not run fi-patch's patches; remove that copy or "
+            "that path, and run fi-patch with the server's environment"
+        )
+    return tuple(notes)
 
 
 # --- reading the target -------------------------------------------------------------------------

@@ -74,12 +74,16 @@ def check_result(
             document["verification"] = proof_json(report)
         patches.append(document)
     code = max((p["exit_code"] for p in patches), default=ExitCode.OK)
+    instead = assessment.imported_instead
+    if instead is not None:
+        # The copy a server would import is one fi-patch does not manage: never all clear.
+        code = max(code, ExitCode.LAYOUT)
     return {
         **_target(target, assessment),
         "exit_code": int(code),
         "patches": patches,
         "warnings": list(assessment.warnings),
-    }
+    } | ({"imported_instead": {"path": str(instead.path), "via": instead.via}} if instead else {})
 
 
 def outcome_result(target: Target, outcome: Outcome) -> dict[str, Any]:

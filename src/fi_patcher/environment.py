@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from fi_patcher.errors import EnvironmentProblem, UsageError
-from fi_patcher.model import Interpreter
+from fi_patcher.model import Imported, Interpreter
 
 PROBE_TIMEOUT = 30.0
 _BEGIN = "<<<fi-patch-probe>>>"
@@ -77,9 +78,16 @@ def _refuse_dangling(python: Path) -> Path:
     return python
 
 
-def probe(python: Path, timeout: float = PROBE_TIMEOUT) -> Interpreter:
-    """Run the probe in `python` and return what it said."""
-    answer = run_script(python, "probe.py", [], timeout=timeout, what="probe")
+def probe(
+    python: Path, timeout: float = PROBE_TIMEOUT, packages: Sequence[str] = ()
+) -> Interpreter:
+    """Run the probe in `python` and return what it said. With `packages`, a normal start of
+    the same interpreter (not isolated: PYTHONPATH and the user's site-packages count) says at
+    the same time where it would import each of them from."""
+    with ThreadPoolExecutor(2) as pool:
+        normal = pool.submit(_normal_start, python, timeout, packages) if packages else None
+        answer = run_script(python, "probe.py", [], timeout=timeout, what="probe")
+        imports, failure = normal.result() if normal is not None else ({}, None)
     return Interpreter(
         python=python,
         prefix=Path(answer["prefix"]),
@@ -87,7 +95,31 @@ def probe(python: Path, timeout: float = PROBE_TIMEOUT) -> Interpreter:
         python_version=answer["version"],
         site_packages=tuple(Path(p) for p in answer["site_packages"]),
         base_python=Path(answer["base_executable"]) if answer.get("base_executable") else None,
+        imports=imports,
+        normal_start=failure,
     )
+
+
+def _normal_start(
+    python: Path, timeout: float, packages: Sequence[str]
+) -> tuple[dict[str, Imported], str | None]:
+    try:
+        answer = run_script(
+            python,
+            "imports.py",
+            list(packages),
+            timeout=timeout,
+            what="import check",
+            isolated=False,
+        )
+    except EnvironmentProblem as exc:
+        return {}, exc.message
+    found = {
+        name: Imported(Path(where["path"]), str(where["via"]))
+        for name, where in answer.items()
+        if isinstance(where, dict) and "path" in where
+    }
+    return found, None
 
 
 def script_text(name: str) -> str:
@@ -105,13 +137,15 @@ def run_script(
     what: str,
     stdin: bytes | None = None,
     timeout_flag: str = "--timeout",
+    isolated: bool = True,
 ) -> dict[str, Any]:
     """Run one of the scripts in `fi_patcher/in_target/` in `python` (`-I`: no user site, no
-    PYTHON* variables; `-B`: no bytecode written) and return its framed JSON answer; a script
-    that exits non-zero or prints no answer is an error."""
+    PYTHON* variables, unless not `isolated`; `-B`: no bytecode written) and return its framed
+    JSON answer; a script that exits non-zero or prints no answer is an error."""
+    flags = ["-I", "-B"] if isolated else ["-B"]
     completed = run_target(
         python,
-        ["-I", "-B", "-c", script_text(name), *arguments],
+        [*flags, "-c", script_text(name), *arguments],
         timeout=timeout,
         what=what,
         stdin=stdin,

@@ -155,6 +155,15 @@ class Fit:
 
 
 @dataclass(frozen=True)
+class Imported:
+    """Where a normal start of the interpreter imports a package from, and what puts it there."""
+
+    path: Path
+    via: str
+    """PYTHONPATH, the user's site-packages, or sys.path."""
+
+
+@dataclass(frozen=True)
 class Interpreter:
     """What the target's own interpreter said about itself."""
 
@@ -166,6 +175,10 @@ class Interpreter:
     """In the order the interpreter searches them."""
     base_python: Path | None = None
     """The interpreter a venv was made from (sys._base_executable)."""
+    imports: Mapping[str, Imported] = field(default_factory=dict)
+    """Where a normal start (not isolated) imports each package the patches touch."""
+    normal_start: str | None = None
+    """Why a normal start failed here, if it did."""
 
     @property
     def is_venv(self) -> bool:
@@ -349,3 +362,5 @@ class Assessment:
     busy: Holder | None = None
     """A fi-patch writing or proving in this environment right now."""
     warnings: tuple[str, ...] = ()
+    imported_instead: Imported | None = None
+    """The copy a normal start imports, where it is not the one fi-patch works on."""
