@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +103,58 @@ def test_schema_rejects_what_fi_patch_never_prints(broken: str) -> None:
         document["exit_code"] = 99
     with pytest.raises(jsonschema.ValidationError):
         valid(document)
+
+
+def run_main(*arguments: str | Path, code: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The console script's own entry point, in a process of its own; `code` runs first."""
+    script = (
+        code or ""
+    ) + "\nimport sys\nfrom fi_patcher.cli import main\nsys.argv[0] = 'fi-patch'\nmain()\n"
+    return subprocess.run(
+        [sys.executable, "-c", script, *map(str, arguments)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        pytest.param(("check", "--json", "--nope"), "No such option: --nope", id="unknown-option"),
+        pytest.param(
+            ("--json", "frobnicate"), "No such command 'frobnicate'", id="unknown-command"
+        ),
+        pytest.param(("check", "--json", "--venv"), "'--venv' requires an argument", id="no-value"),
+        pytest.param(("check", "--json", "--timeout", "0.1"), "less than 1 second", id="bad-value"),
+    ],
+)
+def test_usage_errors_print_one_json_document(arguments: tuple[str, ...], message: str) -> None:
+    run = run_main(*arguments)
+    assert run.returncode == 2, run.stderr
+    document = valid(json.loads(run.stdout))
+    assert document["error"]["kind"] == "UsageError"
+    assert message in document["error"]["message"]
+    assert document["exit_code"] == 2
+    assert run.stderr == ""
+
+
+def test_a_bug_prints_one_json_document_saying_where_to_report_it(
+    venv_with: MakeVenv,
+) -> None:
+    venv = venv_with("0.5.0")
+    broken = (
+        "from fi_patcher import api\n"
+        "def check(*a, **k): raise KeyError('surprise')\n"
+        "api.check = check\n"
+    )
+    run = run_main("check", "--venv", venv, "--json", code=broken)
+    assert run.returncode == 1, run.stderr
+    document = valid(json.loads(run.stdout))
+    assert document["error"]["kind"] == "Internal"
+    assert "KeyError" in document["error"]["message"]
+    assert "please report it to its maintainers" in document["error"]["remedy"]
+    people = run_main("check", "--venv", venv, code=broken)
+    assert people.returncode == 1
+    assert "error: fi-patch failed: KeyError" in people.stderr
+    assert "Traceback" not in people.stderr

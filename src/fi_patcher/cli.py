@@ -5,6 +5,7 @@ errors to exit codes in one place (`_run`). The only module that imports typer.
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,9 +17,12 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+# typer (0.26 and later) carries its own copy of click: its usage errors are these.
+from typer._click.exceptions import ClickException as _ClickException
+
 from fi_patcher import __version__, api, documents, render
 from fi_patcher.environment import PROBE_TIMEOUT
-from fi_patcher.errors import ExitCode, FiPatchError, Internal
+from fi_patcher.errors import ExitCode, FiPatchError, Internal, UsageError
 from fi_patcher.model import PatchSet
 from fi_patcher.proofs import VERIFY_TIMEOUT
 from fi_patcher.registry import choose, load_patches
@@ -295,7 +299,39 @@ def list_command(as_json: Json = False, quiet: Quiet = False, verbose: Verbose =
 
 
 def main() -> None:
-    app()
+    """The console script. With --json anywhere on the line, every exit prints one JSON
+    document: a usage error (exit 2) and a bug (exit 1) too."""
+    arguments = sys.argv[1:]
+    if "--json" not in arguments:
+        try:
+            app()
+        except Exception as exc:  # typer has shown usage errors itself; this is a bug
+            render.error(render.console(stderr=True), _bug(exc))
+            raise SystemExit(ExitCode.INTERNAL) from None
+        return
+    try:
+        code = app(args=arguments, standalone_mode=False)
+    except _ClickException as exc:  # an unknown option or command, a missing value
+        usage = UsageError(exc.format_message(), remedy="run fi-patch --help, or the command's")
+        render.console().print_json(data=documents.error_document(usage))
+        raise SystemExit(ExitCode.USAGE) from None
+    except Exception as exc:
+        render.console().print_json(data=documents.error_document(_bug(exc)))
+        raise SystemExit(ExitCode.INTERNAL) from None
+    raise SystemExit(code or 0)
+
+
+def _bug(exc: BaseException) -> Internal:
+    """An exception fi-patch did not expect, as an error a person can report."""
+    return Internal(
+        f"fi-patch failed: {type(exc).__name__}: {exc}",
+        remedy="this is a bug in fi-patch: please report it to its maintainers (the repository "
+        "you installed it from), with the command line and this output",
+        details=tuple(
+            f"at {Path(frame.filename).name}:{frame.lineno} in {frame.name}"
+            for frame in traceback.extract_tb(exc.__traceback__)[-5:]
+        ),
+    )
 
 
 # --- targets ------------------------------------------------------------------------------------
@@ -400,14 +436,7 @@ def _guarded(
     except FiPatchError as error:
         failure = error
     except Exception as exc:  # a bug on one target must not lose the others' results
-        failure = Internal(
-            f"fi-patch failed on this target: {type(exc).__name__}: {exc}",
-            remedy="this is a bug in fi-patch: please report it with the command and this message",
-            details=tuple(
-                f"at {Path(frame.filename).name}:{frame.lineno} in {frame.name}"
-                for frame in traceback.extract_tb(exc.__traceback__)[-5:]
-            ),
-        )
+        failure = _bug(exc)
     return _Outcome(
         documents.target_error(_spec_text(spec), failure),
         lambda out: render.error(render.console(stderr=True), failure),
