@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint demo bench gpu-check clean
+.PHONY: dev test lint demo bench dist gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+# The wheel and sdist to install fi-patch from (it is not on the package index): dist/.
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
 
 # On a machine with a GPU: apply every patch to TARGET (a venv with torch and FlashInfer), then
 # compare compiled fp4_quantize with eager and replay it in a CUDA graph. CI never runs it.

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import MakeVenv
 from tests.support.expected import expected
-from tests.support.releases import FP4
+from tests.support.releases import FP4, RELEASES, released_text
 from tests.support.tool import ROOT, build_wheel
 from tests.support.venvs import fp4_file, replace_bytes, target_file
 
@@ -24,7 +24,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
-def playbook(venv: Path, tool: Path, wheel: Path) -> tuple[int, str]:
+def playbook(venv: Path, tool: Path, wheel: Path, *flags: str) -> tuple[int, str]:
     completed = subprocess.run(
         [
             Path(sys.executable).parent / "ansible-playbook",
@@ -33,12 +33,13 @@ def playbook(venv: Path, tool: Path, wheel: Path) -> tuple[int, str]:
             "-c",
             "local",
             PLAYBOOK,
+            *flags,
             "-e",
             f"target_venv={venv}",
             "-e",
             f"fi_patch_home={tool}",
             "-e",
-            f"fi_patch_package={wheel}",
+            f"fi_patch_wheel={wheel}",
             "-e",
             f"fi_patch_python={sys.executable}",
             "-e",
@@ -57,15 +58,36 @@ def recap(output: str) -> dict[str, int]:
     return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", line)}
 
 
-def test_playbook_changed_then_ok_then_fails_on_drift(
+def untouched(venv: Path) -> bool:
+    return target_file(venv).read_bytes() == released_text(RELEASES["0.7.4"]) and (
+        fp4_file(venv).read_bytes() == released_text(RELEASES["0.7.4"], FP4)
+    )
+
+
+def test_five_runs_the_way_operators_run_them(
     venv_with: MakeVenv, wheel: Path, tmp_path: Path
 ) -> None:
+    """--check on a pristine host, --check --diff, a real run, the same again, --check on the
+    patched host: each reports what it would do or did, and only the real run writes."""
     venv = venv_with("0.7.4")
     tool = tmp_path / "fi-patch-home"
 
+    code, output = playbook(venv, tool, wheel, "--check")
+    assert code == 0, output
+    assert recap(output)["changed"] >= 1 and recap(output)["failed"] == 0
+    assert "cuda-version-torch-first would-apply, " in output
+    assert untouched(venv) and not tool.exists()
+
+    code, output = playbook(venv, tool, wheel, "--check", "--diff")
+    assert code == 0, output
+    assert "+++ b/flashinfer/jit/cpp_ext.py" in output
+    assert "+    # fi-patch: cuda-version-torch-first" in output
+    assert "+    # fi-patch: fp4-quantize-under-compile" in output
+    assert untouched(venv) and not tool.exists()
+
     code, output = playbook(venv, tool, wheel)
     assert code == 0, output
-    assert recap(output)["changed"] == 2  # fi-patch installed, FlashInfer patched
+    assert recap(output)["changed"] >= 2  # fi-patch installed, FlashInfer patched
     assert "cuda-version-torch-first applied, " in output
     assert "fp4-quantize-under-compile applied (" in output
     assert target_file(venv).read_bytes() == expected("0.7.4").encode()
@@ -73,11 +95,25 @@ def test_playbook_changed_then_ok_then_fails_on_drift(
 
     code, output = playbook(venv, tool, wheel)
     assert code == 0, output
-    assert recap(output)["changed"] == 0 and recap(output)["failed"] == 0
+    assert (recap(output)["changed"], recap(output)["failed"]) == (0, 0)
     assert "cuda-version-torch-first already-applied, " in output
 
+    code, output = playbook(venv, tool, wheel, "--check")
+    assert code == 0, output
+    assert (recap(output)["changed"], recap(output)["failed"]) == (0, 0)
+
+
+def test_a_drifted_host_fails_with_fi_patch_s_own_message(
+    venv_with: MakeVenv, wheel: Path, tmp_path: Path
+) -> None:
+    venv = venv_with("0.7.4")
+    tool = tmp_path / "fi-patch-home"
+    assert playbook(venv, tool, wheel)[0] == 0
     replace_bytes(target_file(venv), target_file(venv).read_bytes() + b"# edited by hand\n")
-    code, output = playbook(venv, tool, wheel)
-    assert code != 0
-    assert recap(output)["failed"] == 1
-    assert "fi-patch exit 7: refusing to patch" in " ".join(output.split())
+    for flags in ((), ("--check",)):
+        code, output = playbook(venv, tool, wheel, *flags)
+        assert code != 0
+        assert recap(output)["failed"] == 1
+        said = " ".join(output.split())
+        assert "fi-patch exit 7: refusing to patch" in said
+        assert "changed since fi-patch wrote it" in said

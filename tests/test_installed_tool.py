@@ -15,7 +15,7 @@ from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.support.cli import patch_result
 from tests.support.expected import expected
-from tests.support.tool import build_wheel
+from tests.support.tool import ROOT, build_wheel
 from tests.support.venvs import target_file
 
 
@@ -100,3 +100,43 @@ def test_uv_tool_install(tmp_path: Path) -> None:
     version = run(tmp_path / "bin" / "fi-patch", "--version", cwd=tmp_path)
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"fi-patch {__version__}"
+
+
+def dockerfile() -> str:
+    text = (ROOT / "docs" / "docker.md").read_text()
+    return text.split("```dockerfile", 1)[1].split("```", 1)[0]
+
+
+def test_the_dockerfile_recipe_steps(venv_with: MakeVenv, tmp_path: Path) -> None:
+    """docs/docker.md's own fi-patch steps, read from the page and run in a fresh venv: the
+    image cannot be built here (no container registry is reachable), its steps can."""
+    wheel = build_wheel(tmp_path / "dist")
+    recipe = dockerfile()
+    assert f"COPY dist/{wheel.name} /tmp/" in recipe
+    runs = [
+        line[4:] for line in recipe.replace("\\\n", " ").splitlines() if line.startswith("RUN ")
+    ]
+    steps = [step.strip() for run in runs for step in run.split("&&") if "fi-patch" in step]
+    assert steps == [
+        "python3 -m venv /opt/fi-patch",
+        f"/opt/fi-patch/bin/pip install /tmp/{wheel.name}",
+        "/opt/fi-patch/bin/fi-patch apply --venv $VIRTUAL_ENV",
+        "/opt/fi-patch/bin/fi-patch check --venv $VIRTUAL_ENV",
+    ]
+    target = venv_with("0.7.4")
+    home = tmp_path / "fi-patch"
+    for step in steps:
+        command = (
+            step.replace("python3 -m venv", f"{sys.executable} -m venv")
+            .replace("/opt/fi-patch", str(home))
+            .replace(f"/tmp/{wheel.name}", str(wheel))
+        )
+        done = subprocess.run(
+            ["bash", "-c", command],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "VIRTUAL_ENV": str(target), "NO_COLOR": "1"},
+            check=False,
+        )
+        assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+    assert target_file(target).read_bytes() == expected("0.7.4").encode()

@@ -10,8 +10,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_wheel(folder: Path) -> Path:
+    """The wheel, built the way `make dist` builds it (`python -m build`)."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", folder, ROOT], check=True
+        [sys.executable, "-m", "build", "--wheel", "--outdir", folder, ROOT],
+        check=True,
+        capture_output=True,
     )
     (wheel,) = folder.glob("fi_patch-*.whl")
     return wheel
