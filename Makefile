@@ -22,8 +22,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests patches benchmarks
 	$(BIN)/mypy
 
-demo: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" bash scripts/demo.sh build/demo-venv
+# For users: fi-patch as a user installs it (no developer extras), in build/demo-tool.
+DEMO_TOOL := build/demo-tool
+
+demo:
+	rm -rf $(DEMO_TOOL)
+	$(PYTHON) -m venv $(DEMO_TOOL)
+	$(DEMO_TOOL)/bin/python -m pip install -qq --disable-pip-version-check .
+	PATH="$(CURDIR)/$(DEMO_TOOL)/bin:$$PATH" bash scripts/demo.sh build/demo-venv
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -24,11 +24,9 @@ step() {
 rm -rf "$venv"
 python3 -m venv --without-pip "$venv" || exit 1
 # pip runs from fi-patch's own venv (make puts it first on PATH); the demo venv, like one made
-# by uv, has no pip of its own.
+# by uv, has no pip of its own. -qq: errors only.
 pip_target() {
-  # This machine's pip configuration names local indexes that may be absent: hide that noise.
-  python -m pip --python "$venv/bin/python" install -q "$@" 2> >(grep -v '^WARNING: Location' >&2) \
-    || exit 1
+  python -m pip --python "$venv/bin/python" install -qq --disable-pip-version-check "$@" || exit 1
 }
 echo "installing torch==$torch (CUDA build) and what 'import flashinfer' needs into $venv (about a minute)"
 pip_target "torch==$torch" "apache-tvm-ffi<0.2" numpy packaging requests nvidia-ml-py tqdm \

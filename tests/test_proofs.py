@@ -382,3 +382,18 @@ def test_check_verify_leaves_the_target_as_it_was(runner: CliRunner, venv_with: 
     patched = snapshot()
     assert fi_patch(runner, "check", "--venv", venv, "--verify").code == ExitCode.OK
     assert snapshot() == patched
+
+
+def test_a_proof_that_fails_before_the_patch_is_one_line_unless_verbose(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv = venv_with("0.7.4")
+    plain = fi_patch(runner, "check", "--venv", venv, "--verify")
+    assert plain.code == ExitCode.NEEDS_APPLY
+    assert (
+        "cuda-version-torch-first proof (before the patch): fails at torch.compile(fullgraph=True)"
+        in plain.text
+    )
+    assert "Explanation:" not in plain.text
+    verbose = fi_patch(runner, "-v", "check", "--venv", venv, "--verify")
+    assert "Explanation: Dynamo does not know how to trace the builtin" in verbose.text

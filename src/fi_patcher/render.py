@@ -95,13 +95,18 @@ def check(
         out.print(Text(f"{state.patch.id}: {state.reason}", style="dim"))
         report = reports.get(state.patch.id)
         if report is not None:
-            proof(out, f"{state.patch.id} proof ({report.mode} the patch)", report)
+            label = f"{state.patch.id} proof ({report.mode} the patch)"
+            proof(out, label, report, details=report.mode == "after" or verbosity.verbose)
 
 
-def proof(out: Console, label: str, report: ProofReport) -> None:
+def proof(out: Console, label: str, report: ProofReport, *, details: bool = True) -> None:
+    """One proof, on one line; a failure's own error text under it when `details` (a proof
+    expected to fail, before the patch, shows it only with -v)."""
     style = "green" if report.passed else "bold red"
+    if report.mode == "before" and not report.passed:
+        style = "yellow"
     out.print(Text(f"{label}: {report.summary}", style=style))
-    if not report.passed:
+    if not report.passed and details:
         for line in report.details:
             out.print(Text("  " + line, style="dim"))
 
