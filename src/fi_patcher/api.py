@@ -164,13 +164,10 @@ def check(target: Target, chosen: PatchSet) -> Assessment:
     if problem is not None:
         raise problem
     foreign = _foreign(assessment.installed, interpreter)
+    instead = _imported_instead(assessment.installed, interpreter)
     notes: tuple[str, ...] = (f"{foreign.message}; {foreign.remedy}",) if foreign else ()
-    notes += _shadowed(assessment.installed) + _elsewhere(assessment.installed, interpreter)
-    return replace(
-        assessment,
-        warnings=assessment.warnings + notes,
-        imported_instead=_imported_instead(assessment.installed, interpreter),
-    )
+    notes += _copies(assessment.installed, interpreter, instead)
+    return replace(assessment, warnings=assessment.warnings + notes, imported_instead=instead)
 
 
 def verify(target: Target, assessment: Assessment, options: Options) -> dict[str, ProofReport]:
@@ -208,15 +205,13 @@ def apply(target: Target, chosen: PatchSet, options: Options | None = None) -> O
     plan = plan_apply(
         inspection.assessment, chosen, force=options.force, left_out=judgement.left_out
     )
-    warnings = (
-        judgement.warnings
-        + _shadowed(inspection.assessment.installed)
-        + _elsewhere(inspection.assessment.installed, interpreter)
-    )
+    installed = inspection.assessment.installed
+    instead = _imported_instead(installed, interpreter)
+    warnings = judgement.warnings + _copies(installed, interpreter, instead)
     if not options.verify:
         warnings += ("verification skipped (--no-verify): nothing proves the patches work here",)
     if options.dry_run or plan.idle:
-        files = tuple(_dry_run(inspection, plan))
+        files = tuple(_dry_run(inspection, plan, facts, options))
         return _outcome(inspection.assessment, plan, files, facts, warnings)
     with inspection.store.lock("apply", _lock_wait(options), _waiting(options)):
         for file in plan.files:
@@ -566,23 +561,29 @@ def _details(red: Sequence[ProofReport]) -> tuple[str, ...]:
     return tuple(line for r in red for line in (f"{r.patch}: {r.summary}", *r.details))
 
 
-def _dry_run(inspection: _Inspection, plan: ApplyPlan) -> list[FileOutcome]:
-    files = []
-    installed = inspection.assessment.installed
-    assert installed is not None
-    for file in plan.files:
-        current = inspection.sources[file.state.relpath]
-        assert current is not None
-        if not file.writes:
-            continue
-        original = _original(inspection.store, file.state, current, installed)
-        after, _ = _compose(original, file.patches, installed.version, plan.forced)
-        diff = render_diff(current.decode("utf-8"), after.decode("utf-8"), file.state.relpath)
-        holds = tuple(p.id for p in file.patches)
-        files.append(
-            FileOutcome(file.state.relpath, file.state.path, "would-write", holds, diff=diff)
+def _dry_run(
+    inspection: _Inspection, plan: ApplyPlan, facts: Preflight | None, options: Options
+) -> list[FileOutcome]:
+    """The writes apply would make, as diffs: the same changes, none of them written."""
+    changes = [
+        (file, _apply_change(inspection, file, plan, facts, options))
+        for file in plan.files
+        if file.writes
+    ]
+    return [
+        FileOutcome(
+            change.relpath,
+            change.path,
+            "would-write",
+            tuple(p.id for p in file.patches),
+            diff=_diff(change),
         )
-    return files
+        for file, change in changes
+    ]
+
+
+def _diff(change: Change) -> str:
+    return render_diff(change.before.decode("utf-8"), change.after.decode("utf-8"), change.relpath)
 
 
 def _file_outcome(
@@ -595,10 +596,11 @@ def _file_outcome(
     holds = tuple(p.id for p in file.patches)
     if not file.writes:
         return FileOutcome(relpath, file.state.path, "finished", holds)
-    diff = render_diff(change.before.decode("utf-8"), change.after.decode("utf-8"), relpath)
     assert change.committed is not None
     backup = inspection.store.backups / change.committed.backup
-    return FileOutcome(relpath, file.state.path, "written", holds, diff=diff, backup=backup)
+    return FileOutcome(
+        relpath, file.state.path, "written", holds, diff=_diff(change), backup=backup
+    )
 
 
 def _outcome(
@@ -880,16 +882,6 @@ def _foreign(installed: Installed | None, interpreter: Interpreter) -> LayoutPro
     )
 
 
-def _shadowed(installed: Installed | None) -> tuple[str, ...]:
-    if installed is None:
-        return ()
-    return tuple(
-        f"another copy of {installed.name} ({info.name}) comes later on this interpreter's path: "
-        "it is not imported, and fi-patch leaves it alone"
-        for info in installed.shadowed
-    )
-
-
 def _imported_instead(installed: Installed | None, interpreter: Interpreter) -> Imported | None:
     """The copy a normal start of the interpreter imports, where it is not the one fi-patch
     works on (found through PYTHONPATH or the user's site-packages, which -I leaves out)."""
@@ -904,16 +896,25 @@ def _imported_instead(installed: Installed | None, interpreter: Interpreter) -> 
     return found
 
 
-def _elsewhere(installed: Installed | None, interpreter: Interpreter) -> tuple[str, ...]:
-    notes = []
+def _copies(
+    installed: Installed | None, interpreter: Interpreter, instead: Imported | None
+) -> tuple[str, ...]:
+    """What fi-patch knows of copies other than the one it works on: later on the path (not
+    imported), or imported instead by a normal start (`instead`)."""
+    if installed is None:
+        return ()
+    notes = [
+        f"another copy of {installed.name} ({info.name}) comes later on this interpreter's path: "
+        "it is not imported, and fi-patch leaves it alone"
+        for info in installed.shadowed
+    ]
     if interpreter.normal_start is not None:
         notes.append(
             "a normal start of this interpreter fails in fi-patch's environment "
             f"({interpreter.normal_start}): whether a server imports the copy fi-patch works "
             "on could not be checked"
         )
-    instead = _imported_instead(installed, interpreter)
-    if instead is not None and installed is not None:
+    if instead is not None:
         notes.append(
             f"a normal start of {interpreter.python} imports {instead.path} (found through "
             f"{instead.via}), not the copy fi-patch works on in {interpreter.prefix}: a server "
