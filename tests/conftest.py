@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.deps import CUDA_TORCH, shared, use
-from tests.support.releases import RELEASES, released_text
-from tests.support.venvs import clone, create_venv, fp4_file, install, target_file
+from tests.support.releases import FP4_OLD, RELEASES, released_text
+from tests.support.venvs import clone, create_venv, fp4_file, install, site_packages, target_file
 
 MakeVenv = Callable[[str], Path]
 
@@ -45,7 +45,8 @@ def template(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Pat
 
 
 def _targets(venv: Path) -> list[Path]:
-    return [p for p in (target_file(venv), fp4_file(venv)) if p.exists()]
+    paths = (target_file(venv), fp4_file(venv), site_packages(venv) / FP4_OLD)
+    return [p for p in paths if p.exists()]
 
 
 def _relpath(file: Path) -> str:

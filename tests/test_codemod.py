@@ -19,11 +19,13 @@ from fi_patcher.codemod import Composed, Unrecognised, compose, take_out
 from fi_patcher.model import KeywordArguments, Patch, Proof, Shape
 from fi_patcher.recognise import render_diff
 from fi_patcher.registry import fit, load_patches
-from tests.support.expected import OWN_LINES, PATCHES, expected, marker, original
+from tests.support.expected import OWN_LINES, PATCHES, expected, marker, original, target_of
 from tests.support.releases import (
     CUDA,
     FORWARDING,
     FP4,
+    FP4_OLD,
+    OP_BOUNDARY,
     RELEASES,
     TARGET,
     UNDER_COMPILE,
@@ -31,7 +33,7 @@ from tests.support.releases import (
 
 # Every (release, patch) the registry applies, and every (release, file) it changes.
 CASES = [(v, p) for v, r in RELEASES.items() for p in r.shapes]
-FILES = sorted({(v, PATCHES[p].target) for v, p in CASES})
+FILES = sorted({(v, target_of(p, v)) for v, p in CASES})
 
 
 def steps(
@@ -40,7 +42,8 @@ def steps(
     chosen = []
     for patch in load_patches():
         shape = fit(patch, version).shape
-        if patch.target == relpath and shape is not None and (only is None or patch.id in only):
+        mine = target_of(patch.id, version) == relpath
+        if mine and shape is not None and (only is None or patch.id in only):
             chosen.append((patch, (shape,)))
     return chosen
 
@@ -58,7 +61,7 @@ def run(
 
 @pytest.mark.parametrize(("version", "patch"), CASES, ids=[f"{v}-{p}" for v, p in CASES])
 def test_each_patch_alone_gives_exact_bytes(version: str, patch: str) -> None:
-    relpath = PATCHES[patch].target
+    relpath = target_of(patch, version)
     result = run(original(version, relpath), version, relpath, only=(patch,))
     assert isinstance(result, Composed), result
     assert result.text == expected(version, relpath, [patch])
@@ -143,13 +146,58 @@ def test_under_compile_branch_follows_the_docstring(version: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("version", "relpath"), [("0.2.14.post1", TARGET), ("0.7.4", TARGET), ("0.7.0", FP4)]
+    ("version", "relpath"),
+    [
+        ("0.2.14.post1", TARGET),
+        ("0.7.4", TARGET),
+        ("0.7.0", FP4),
+        ("0.2.9", FP4_OLD),
+        ("0.6.11.post3", FP4),
+    ],
 )
 def test_crlf_line_endings_are_kept(version: str, relpath: str) -> None:
     crlf = original(version, relpath).replace("\n", "\r\n")
     result = run(crlf, version, relpath)
     assert isinstance(result, Composed)
     assert result.text == expected(version, relpath, newline="\r\n")
+
+
+OP_BOUNDARY_CASES = [v for v, r in RELEASES.items() if r.op_boundary]
+
+
+@pytest.mark.parametrize("version", OP_BOUNDARY_CASES)
+def test_op_boundary_adds_a_branch_and_an_op_and_nothing_else(version: str) -> None:
+    """Outside the branch (after the docstring) and the op with its fake (after the function),
+    every line is the release's; the op is in fi-patch's namespace, never flashinfer's."""
+    relpath = target_of(OP_BOUNDARY, version)
+    before = original(version, relpath)
+    after = expected(version, relpath, [OP_BOUNDARY])
+    tree = ast.parse(after)
+    (public,) = [
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "fp4_quantize"
+    ]
+    branch = public.body[1]
+    assert isinstance(branch, ast.If)
+    assert "torch.compiler.is_compiling()" in ast.unparse(branch.test)
+    assert "torch.ops.fi_patch.flashinfer_fp4_quantize" in ast.unparse(branch.body[0])
+    at = tree.body.index(public)
+    op, fake = tree.body[at + 1 : at + 3]
+    assert isinstance(op, ast.FunctionDef) and isinstance(fake, ast.FunctionDef)
+    assert ast.unparse(op.decorator_list[0]).startswith(
+        "torch.library.custom_op('fi_patch::flashinfer_fp4_quantize'"
+    )
+    assert ast.unparse(fake.decorator_list[0]) == f"{op.name}.register_fake"
+    # The op calls the eager function by keyword, with every argument it carries.
+    (call,) = [
+        n for n in ast.walk(op) if isinstance(n, ast.Call) and ast.unparse(n.func) == "fp4_quantize"
+    ]
+    assert not call.args and [k.arg for k in call.keywords] == [a.arg for a in op.args.args]
+    # Taking the branch and the definitions (with fi-patch's markers) out gives the release.
+    lines = after.splitlines(keepends=True)
+    assert branch.end_lineno is not None and fake.end_lineno is not None
+    own = {*range(branch.lineno - 2, branch.end_lineno), *range(op.lineno - 5, fake.end_lineno)}
+    cut = "".join(line for i, line in enumerate(lines) if i not in own)
+    assert cut == before
 
 
 MUTATIONS = {
@@ -307,7 +355,7 @@ def test_keyword_arguments_keeps_comments_and_layout() -> None:
 @pytest.mark.parametrize(("version", "patch"), CASES, ids=[f"{v}-{p}" for v, p in CASES])
 def test_taking_a_patch_out_gives_the_original_back(version: str, patch: str) -> None:
     """What recognises a fix made by hand: fi-patch's own text, taken out, is the release's."""
-    relpath = PATCHES[patch].target
+    relpath = target_of(patch, version)
     shape = fit(PATCHES[patch], version).shape
     assert shape is not None
     patched = expected(version, relpath, [patch])

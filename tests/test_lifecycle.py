@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result, states_of
-from tests.support.expected import PATCHES, expected
+from tests.support.expected import expected, files_of, target_of
 from tests.support.releases import (
     CUDA,
     FORWARDING,
@@ -48,10 +48,6 @@ def record_sha256(venv: Path, relpath: str = TARGET) -> str:
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def files_of(version: str) -> list[str]:
-    return sorted({PATCHES[p].target for p in RELEASES[version].shapes})
 
 
 @pytest.mark.parametrize("version", PATCHABLE)
@@ -81,7 +77,7 @@ def test_apply_check_revert_round_trip(
     applied = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
     assert applied.code == ExitCode.OK, applied.stderr
     for patch in applicable:
-        assert f"applied {patch} to {PATCHES[patch].target}" in applied.text
+        assert f"applied {patch} to {target_of(patch, version)}" in applied.text
     for relpath in files_of(version):
         assert (site / relpath).read_bytes() == expected(version, relpath).encode("utf-8")
     for file in planned["files"]:
@@ -112,7 +108,7 @@ def test_apply_check_revert_round_trip(
     assert "nothing to revert" in nothing.text
 
 
-@pytest.mark.parametrize("version", ["0.2.13", "0.2.14"])
+@pytest.mark.parametrize("version", ["0.2.8"])
 def test_not_applicable_release(runner: CliRunner, venv_with: MakeVenv, version: str) -> None:
     venv = venv_with(version)
     before = target_file(venv).read_bytes()

@@ -21,11 +21,13 @@ from fi_patcher.registry import (
     parse_patch,
     span,
 )
-from tests.support.expected import PATCHES
+from tests.support.expected import PATCHES, target_of
 from tests.support.releases import (
     CUDA,
     FORWARDING,
     FP4,
+    FP4_OLD,
+    OP_BOUNDARY,
     RELEASES,
     UNDER_COMPILE,
     final_versions,
@@ -72,6 +74,21 @@ EDGES = {
         ("0.7.4", Verdict.IN_RANGE, "0.7.4", "auto-backend"),
         ("0.7.5", Verdict.UNKNOWN, None, "newer"),
     ],
+    OP_BOUNDARY: [
+        ("0.2.8", Verdict.NOT_APPLICABLE, None, "before-fp4"),
+        ("0.2.9", Verdict.IN_RANGE, "0.2.9", "first-fp4"),
+        ("0.2.11.post1", Verdict.IN_RANGE, "0.2.9", "last-without-pdl"),
+        ("0.2.11.post2", Verdict.IN_RANGE, "0.2.11.post2", "first-pdl"),
+        ("0.5.3", Verdict.IN_RANGE, "0.3.1", "0.3.1-last"),
+        ("0.6.6", Verdict.IN_RANGE, "0.6.0", "last-in-old-file"),
+        ("0.6.7", Verdict.IN_RANGE, "0.6.7", "first-in-new-file"),
+        ("0.6.9", Verdict.IN_RANGE, "0.6.8", "backend-last"),
+        ("0.6.11.post3", Verdict.IN_RANGE, "0.6.11", "last-without-op"),
+        ("0.6.11.post4", Verdict.UNKNOWN, None, "postN-past-range"),
+        ("0.6.12", Verdict.NOT_APPLICABLE, None, "upstream-op"),
+        ("0.7.4", Verdict.NOT_APPLICABLE, None, "upstream-op-last"),
+        ("0.7.5", Verdict.UNKNOWN, None, "newer"),
+    ],
 }
 FITS = [(p, *case) for p, cases in EDGES.items() for case in cases]
 
@@ -93,8 +110,10 @@ CASES = [(v, p) for v, r in RELEASES.items() for p in r.shapes]
 @pytest.mark.parametrize(("version", "patch"), CASES, ids=[f"{v}-{p}" for v, p in CASES])
 def test_registry_hashes_match_the_released_function(version: str, patch: str) -> None:
     release, registered = RELEASES[version], PATCHES[patch]
-    text = released_text(release, registered.target)
-    prefix = release.file_sha256_prefix if registered.target != FP4 else release.fp4_sha256_prefix
+    relpath = target_of(patch, version)
+    text = released_text(release, relpath)
+    fp4 = relpath in (FP4, FP4_OLD)
+    prefix = release.fp4_sha256_prefix if fp4 else release.file_sha256_prefix
     assert hashlib.sha256(text).hexdigest()[:12] == prefix
     hashes = function_hashes(text.decode("utf-8"), registered.function)
     assert hashes is not None
@@ -142,7 +161,9 @@ def test_pre_release_carries_shape_b_but_is_not_selected() -> None:
 
 def test_registry_order_and_requirements() -> None:
     patches = load_patches()
-    assert [p.id for p in patches] == [CUDA, FORWARDING, UNDER_COMPILE]
+    assert [p.id for p in patches] == [CUDA, FORWARDING, OP_BOUNDARY, UNDER_COMPILE]
+    assert PATCHES[OP_BOUNDARY].requires.patches == ()
+    assert str(PATCHES[OP_BOUNDARY].requires.torch) == ">=2.4"
     assert PATCHES[UNDER_COMPILE].requires.patches == (FORWARDING,)
     assert str(PATCHES[UNDER_COMPILE].requires.torch) == ">=2.4"
     with pytest.raises(RegistryError, match="requires fp4-op-keyword-forwarding, which is not"):
@@ -152,7 +173,7 @@ def test_registry_order_and_requirements() -> None:
 def test_choose_by_id_keeps_registry_order() -> None:
     chosen = choose([UNDER_COMPILE, CUDA])
     assert chosen.ids == (CUDA, UNDER_COMPILE) and chosen.explicit
-    assert choose(None).ids == (CUDA, FORWARDING, UNDER_COMPILE)
+    assert choose(None).ids == (CUDA, FORWARDING, OP_BOUNDARY, UNDER_COMPILE)
     assert not choose(None).explicit
     with pytest.raises(UsageError, match="no patch named 'nope'"):
         choose(["nope"])

@@ -59,7 +59,7 @@ from fi_patcher.proofs import (
     prove,
 )
 from fi_patcher.recognise import render_diff, sha256_bytes
-from fi_patcher.registry import fit, load_patches, required_at
+from fi_patcher.registry import fit, load_patches, located, required_at
 from fi_patcher.store import (
     Change,
     Journal,
@@ -715,7 +715,11 @@ def _revert_file(
     current = inspection.sources.get(record.relpath)
     _refuse_revert(state, settled, current, options)
     options.progress(f"taking {', '.join(removing)} out of {path}")
-    remaining = tuple(p for p in load_patches() if p.id in settled.ids and p.id not in removing)
+    remaining = tuple(
+        located(p, installed.version)
+        for p in load_patches()
+        if p.id in settled.ids and p.id not in removing
+    )
     _refuse_dependents(remaining, removing, installed.version)
     original = _from_backup(journal.store, settled, installed)
     after = (
@@ -940,7 +944,9 @@ def _inspect(
     interpreter: Interpreter, patches: Sequence[Patch], *, reading: bool = False
 ) -> _Inspection:
     distribution = patches[0].distribution
-    installed = find_installed(interpreter, distribution, {p.target for p in patches})
+    installed = find_installed(interpreter, distribution, {t for p in patches for t in p.targets})
+    if installed is not None:
+        patches = [located(p, installed.version) for p in patches]
     # The records live with the files: a venv's shared base copy has its own, in the base.
     owner = interpreter.prefix
     if installed is not None and not interpreter.owns(installed.dist_info):

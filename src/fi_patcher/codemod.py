@@ -32,7 +32,7 @@ class Composed:
 
 
 _Statement = cst.SimpleStatementLine | cst.BaseCompoundStatement
-_Rewrite = Callable[[cst.FunctionDef, Patch, Shape, str], cst.FunctionDef | str]
+_Rewrite = Callable[[cst.FunctionDef, Patch, Shape, str], Sequence[_Statement] | str]
 
 
 def compose(
@@ -72,18 +72,41 @@ def take_out(text: str, patch: Patch, shape: Shape) -> str | None:
     if isinstance(located, Unrecognised):
         return None
     node, found = located
+    # The statements the patch adds after the function go with it.
+    following = _following(tree, node, len(_definitions(patch, shape)))
+    if following is None:
+        return None
+    end = following[-1].end_lineno if following else found.end
+    assert end is not None
     lines = re.findall(r"[^\n]*\n|[^\n]+\Z", text)
-    snippet = "".join(lines[found.start - 1 : found.end])
-    if not _same_function(snippet, node):
+    snippet = "".join(lines[found.start - 1 : end])
+    if not _same_statements(snippet, [node, *following]):
         return None
     module = cst.parse_module(snippet)
-    (definition,) = module.body
+    definition, *after = module.body
     assert isinstance(definition, cst.FunctionDef)
+    if [_code(s) for s in after] != [_code(s) for s in _definitions(patch, shape)]:
+        return None
     undone = _TAKE_OUT[type(patch.operation)](definition, patch, shape)
     if undone is None:
         return None
     spliced = module.with_changes(body=[undone]).code
-    return "".join(lines[: found.start - 1]) + spliced + "".join(lines[found.end :])
+    return "".join(lines[: found.start - 1]) + spliced + "".join(lines[end:])
+
+
+def _following(tree: ast.Module, node: ast.FunctionDef, count: int) -> list[ast.stmt] | None:
+    """The `count` top-level statements right after `node`, or None where there are fewer."""
+    at = tree.body.index(node) + 1
+    after = tree.body[at : at + count]
+    return after if len(after) == count else None
+
+
+def _definitions(patch: Patch, shape: Shape) -> list[_Statement]:
+    """The module-level statements `patch` places after the function in `shape`."""
+    operation = patch.operation
+    if not isinstance(operation, InsertFirst) or shape.text not in operation.definitions:
+        return []
+    return list(cst.parse_module(operation.definitions[shape.text]).body)
 
 
 def _rewrite(text: str, patch: Patch, matched: Match, tool_version: str) -> str | Unrecognised:
@@ -91,7 +114,7 @@ def _rewrite(text: str, patch: Patch, matched: Match, tool_version: str) -> str 
     lines = re.findall(r"[^\n]*\n|[^\n]+\Z", text)
     start, end = matched.found.start - 1, matched.found.end
     snippet = "".join(lines[start:end])
-    if not _same_function(snippet, matched.node):
+    if not _same_statements(snippet, [matched.node]):
         return Unrecognised(f"{patch.id}: cannot cut {patch.function} out of its lines")
     module = cst.parse_module(snippet)
     (definition,) = module.body
@@ -100,18 +123,18 @@ def _rewrite(text: str, patch: Patch, matched: Match, tool_version: str) -> str 
     changed = rewrite(definition, patch, matched.shape, tool_version)
     if isinstance(changed, str):
         return Unrecognised(f"{patch.id}: {changed}", matched.found)
-    spliced = module.with_changes(body=[changed]).code
+    spliced = module.with_changes(body=list(changed)).code
     return "".join(lines[:start]) + spliced + "".join(lines[end:])
 
 
-def _same_function(snippet: str, node: ast.FunctionDef) -> bool:
-    """The lines cut out hold exactly the function `ast` found (a lone CR, say, would shift
+def _same_statements(snippet: str, nodes: Sequence[ast.stmt]) -> bool:
+    """The lines cut out hold exactly the statements `ast` found (a lone CR, say, would shift
     them)."""
     try:
         cut = ast.parse(snippet).body
     except SyntaxError:
         return False
-    return len(cut) == 1 and ast.dump(cut[0]) == ast.dump(node)
+    return [ast.dump(n) for n in cut] == [ast.dump(n) for n in nodes]
 
 
 def _marker(patch: Patch, tool_version: str) -> cst.EmptyLine:
@@ -129,8 +152,9 @@ def _block(definition: cst.FunctionDef) -> cst.IndentedBlock | str:
 
 def _insert_first(
     definition: cst.FunctionDef, patch: Patch, shape: Shape, tool_version: str
-) -> cst.FunctionDef | str:
-    """The shape's statements first in the body, after the docstring, under a marker comment."""
+) -> Sequence[_Statement] | str:
+    """The shape's statements first in the body, after the docstring, under a marker comment;
+    then its definitions, if any, after the function, two blank lines and a marker above them."""
     operation = patch.operation
     assert isinstance(operation, InsertFirst) and shape.text is not None
     block = _block(definition)
@@ -140,12 +164,16 @@ def _insert_first(
     own[0] = own[0].with_changes(leading_lines=[_marker(patch, tool_version)])
     at = 1 if definition.get_docstring(clean=False) is not None else 0
     body = [*block.body[:at], *own, *block.body[at:]]
-    return definition.with_changes(body=block.with_changes(body=body))
+    after = _definitions(patch, shape)
+    if after:
+        blank = [cst.EmptyLine(), cst.EmptyLine()]
+        after[0] = after[0].with_changes(leading_lines=[*blank, _marker(patch, tool_version)])
+    return [definition.with_changes(body=block.with_changes(body=body)), *after]
 
 
 def _keyword_arguments(
     definition: cst.FunctionDef, patch: Patch, shape: Shape, tool_version: str
-) -> cst.FunctionDef | str:
+) -> Sequence[_Statement] | str:
     """The one call of `operation.call` passes its later arguments by keyword, under a marker
     comment on the statement that makes the call."""
     operation = patch.operation
@@ -185,7 +213,7 @@ def _keyword_arguments(
         leading_lines=[*marked.leading_lines, _marker(patch, tool_version)]
     )
     body = [marked if s is holder else s for s in block.body]
-    return definition.with_changes(body=block.with_changes(body=body))
+    return [definition.with_changes(body=block.with_changes(body=body))]
 
 
 # --- taking a change out ------------------------------------------------------------------------

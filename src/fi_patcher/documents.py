@@ -129,7 +129,13 @@ def patch_json(patch: Patch) -> dict[str, Any]:
         "function": patch.function,
         "operation": operation,
         "shapes": [
-            {"name": s.name, "versions": str(s.versions), "range": span(s.versions), "note": s.note}
+            {
+                "name": s.name,
+                "versions": str(s.versions),
+                "range": span(s.versions),
+                "note": s.note,
+                "target": s.target or patch.target,
+            }
             for s in patch.shapes
         ],
         "not_applicable": [

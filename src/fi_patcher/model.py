@@ -28,12 +28,17 @@ class State(enum.StrEnum):
 
 @dataclass(frozen=True)
 class InsertFirst:
-    """Insert statements as the first statements of the function (after its docstring)."""
+    """Insert statements as the first statements of the function (after its docstring), and,
+    where `definitions` has them, module-level statements right after the function: the op the
+    inserted branch routes to, say."""
 
     texts: Mapping[str, str]
     """The statements, at column 0, by name; each shape names the one it takes."""
     requires_names: tuple[str, ...]
     """Module-level names the inserted statements use; the module must already bind them."""
+    definitions: Mapping[str, str] = field(default_factory=dict)
+    """Module-level statements placed after the function, by the same names as `texts`; none
+    where empty."""
 
     kind = "insert-first"
 
@@ -65,6 +70,8 @@ class Shape:
     note: str
     text: str | None = None
     """For `InsertFirst`: the name of the statements this shape takes."""
+    target: str | None = None
+    """The file, where these releases keep the function elsewhere than the patch's `target`."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,8 @@ class Patch:
     summary: str
     distribution: str
     target: str
-    """The file, relative to site-packages, with forward slashes as RECORD writes it."""
+    """The file, relative to site-packages, with forward slashes as RECORD writes it. A shape
+    may name another (`Shape.target`); `registry.located` gives the patch for one version."""
     function: str
     operation: Operation
     shapes: tuple[Shape, ...]
@@ -122,6 +130,12 @@ class Patch:
 
     def shape_named(self, name: str) -> Shape | None:
         return next((s for s in self.shapes if s.name == name), None)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """Every file the patch may write, its own `target` first."""
+        found = [self.target, *(s.target for s in self.shapes if s.target is not None)]
+        return tuple(dict.fromkeys(found))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from fi_patcher.model import (
     State,
     Verdict,
 )
-from fi_patcher.registry import known, load_patches, required_at
+from fi_patcher.registry import known, load_patches, located, required_at
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,9 @@ def _requirements(steps: list[Step], assessment: Assessment, chosen: PatchSet) -
 
 
 def _files(steps: Sequence[Step], assessment: Assessment) -> list[FilePlan]:
-    registry = load_patches()
+    assert assessment.installed is not None
+    version = assessment.installed.version
+    registry = [located(p, version) for p in load_patches()]
     plans = []
     for relpath, file in assessment.files.items():
         adding = [s.patch for s in steps if s.action == "add" and s.patch.target == relpath]

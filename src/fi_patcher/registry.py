@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -95,11 +96,16 @@ def parse_patch(name: str, text: str) -> Patch:
 def _parse_operation(data: dict[str, Any]) -> Operation:
     kind = data["kind"]
     if kind == InsertFirst.kind:
-        texts = {key: value.strip("\n") + "\n" for key, value in data["texts"].items()}
-        return InsertFirst(texts, tuple(data["requires_names"]))
+        texts = {key: _statements(value) for key, value in data["texts"].items()}
+        definitions = {key: _statements(v) for key, v in data.get("definitions", {}).items()}
+        return InsertFirst(texts, tuple(data["requires_names"]), definitions)
     if kind == KeywordArguments.kind:
         return KeywordArguments(data["call"], int(data["positional"]))
     raise KeyError(f"operation kind {kind!r}")
+
+
+def _statements(text: str) -> str:
+    return text.strip("\n") + "\n"
 
 
 def _parse_shape(data: dict[str, Any]) -> Shape:
@@ -110,6 +116,7 @@ def _parse_shape(data: dict[str, Any]) -> Shape:
         structure_sha256=data["structure_sha256"],
         note=data["note"],
         text=data.get("text"),
+        target=data.get("target"),
     )
 
 
@@ -129,6 +136,12 @@ def _validate(name: str, patch: Patch) -> None:
             f"shape {s.name} names no text of the operation"
             for s in patch.shapes
             if s.text not in patch.operation.texts
+        ]
+        definitions = patch.operation.definitions
+        problems += [
+            f"shape {s.name} names no definitions of the operation"
+            for s in patch.shapes
+            if definitions and s.text not in definitions
         ]
     if not patch.proof.script.endswith(".py"):
         problems.append(f"proof script {patch.proof.script!r} is not a .py file")
@@ -166,6 +179,15 @@ def fit(patch: Patch, version: str) -> Fit:
         if shape.versions.contains(parsed, prereleases=False):
             return Fit(Verdict.IN_RANGE, shape, f"shape {shape.name} ({span(shape.versions)})")
     return Fit(Verdict.UNKNOWN, None, f"{version} is outside every known range: {known(patch)}")
+
+
+def located(patch: Patch, version: str) -> Patch:
+    """The patch as it applies to one installed version: its `target` is the file that version
+    keeps the function in (the shape's own, where it names one)."""
+    shape = fit(patch, version).shape
+    if shape is None or shape.target is None or shape.target == patch.target:
+        return patch
+    return replace(patch, target=shape.target)
 
 
 def required_at(patch: Patch, version: str) -> tuple[str, ...]:

@@ -191,15 +191,20 @@ def diff(out: Console, text: str) -> None:
 def catalog(out: Console, patches: Sequence[Patch]) -> None:
     for patch in patches:
         table = Table(title=f"{patch.id}: {patch.summary}", title_justify="left")
+        moves = len(patch.targets) > 1
         table.add_column("shape")
         table.add_column("versions")
+        if moves:
+            table.add_column("file")
         table.add_column("what the released function does")
         for shape in patch.shapes:
-            table.add_row(shape.name, span(shape.versions), shape.note)
+            file = [shape.target or patch.target] if moves else []
+            table.add_row(shape.name, span(shape.versions), *file, shape.note)
         for exemption in patch.not_applicable:
-            table.add_row("-", span(exemption.versions), exemption.reason)
+            table.add_row("-", span(exemption.versions), *(["-"] if moves else []), exemption.reason)
         out.print(table)
-        out.print(f"target: {patch.target} :: {patch.function}()")
+        where = "the file of each shape" if moves else patch.target
+        out.print(f"target: {where} :: {patch.function}()")
         out.print(f"requires: {requirement_text(patch)}")
         out.print(f"proof on a CPU: {patch.proof.cpu}")
         if patch.proof.gpu:

@@ -12,10 +12,28 @@ from collections.abc import Iterable
 
 from fi_patcher import __version__
 from fi_patcher.model import InsertFirst
-from fi_patcher.registry import load_patches
-from tests.support.releases import CUDA, FORWARDING, RELEASES, TARGET, UNDER_COMPILE, released_text
+from fi_patcher.registry import load_patches, located
+from tests.support.releases import (
+    CUDA,
+    FORWARDING,
+    OP_BOUNDARY,
+    RELEASES,
+    TARGET,
+    UNDER_COMPILE,
+    released_text,
+)
 
 PATCHES = {p.id: p for p in load_patches()}
+
+
+def target_of(patch: str, version: str) -> str:
+    """The file `patch` writes in `version` (fp4_quantize moved in 0.6.7)."""
+    return located(PATCHES[patch], version).target
+
+
+def files_of(version: str) -> list[str]:
+    """Every file the registry writes in `version`."""
+    return sorted({target_of(p, version) for p in RELEASES[version].shapes})
 
 
 def marker(patch: str, indent: str = "    ") -> str:
@@ -43,7 +61,7 @@ def expected(
     """The release's file with `patches` (default: every patch the registry applies to it)."""
     release = RELEASES[version]
     wanted = set(patches) if patches is not None else set(release.shapes)
-    wanted = {p for p in wanted if PATCHES[p].target == relpath}
+    wanted = {p for p in wanted if target_of(p, version) == relpath}
     lines = original(version, relpath).splitlines(keepends=True)
     # Bottom-up, so that each edit's line numbers still hold.
     edits = sorted((_edit(version, relpath, p) for p in wanted), key=lambda e: -e[0])
@@ -61,16 +79,22 @@ def _edit(version: str, relpath: str, patch: str) -> tuple[int, int, list[str]]:
         return at, 0, OWN_LINES
     node = _function(original(version, relpath), PATCHES[patch].function)
     lines = original(version, relpath).splitlines(keepends=True)
-    if patch == UNDER_COMPILE:
+    if patch in (UNDER_COMPILE, OP_BOUNDARY):
         docstring = node.body[0]
         assert isinstance(docstring, ast.Expr) and isinstance(docstring.value, ast.Constant)
         operation = PATCHES[patch].operation
         assert isinstance(operation, InsertFirst)
-        shape = RELEASES[version].under_compile
-        text = operation.texts[next(s.text for s in PATCHES[patch].shapes if s.name == shape)]
-        own = [marker(patch)] + ["    " + line for line in text.splitlines(keepends=True)]
-        assert docstring.end_lineno is not None
-        return docstring.end_lineno, 0, own
+        shape = RELEASES[version].shapes[patch]
+        key = next(s.text for s in PATCHES[patch].shapes if s.name == shape)
+        assert key is not None
+        own = [marker(patch)] + ["    " + line for line in operation.texts[key].splitlines(True)]
+        assert docstring.end_lineno is not None and node.end_lineno is not None
+        if key not in operation.definitions:
+            return docstring.end_lineno, 0, own
+        # The op and its fake follow the function, two blank lines and a marker above them.
+        after = ["\n", "\n", marker(patch, ""), *operation.definitions[key].splitlines(True)]
+        body = lines[docstring.end_lineno : node.end_lineno]
+        return docstring.end_lineno, len(body), [*own, *body, *after]
     assert patch == FORWARDING
     start = next(
         i

@@ -24,10 +24,13 @@ INDEX = "https://pypi.org/simple/flashinfer-python/"
 CACHE = Path(os.environ.get("FI_PATCH_TEST_CACHE", Path.home() / ".cache" / "fi-patch-tests"))
 TARGET = "flashinfer/jit/cpp_ext.py"
 FP4 = "flashinfer/quantization/fp4_quantization.py"
+FP4_OLD = "flashinfer/fp4_quantization.py"
+"""Where fp4_quantize lived up to 0.6.6; from 0.6.7 it re-exports it from FP4."""
 
 CUDA = "cuda-version-torch-first"
 FORWARDING = "fp4-op-keyword-forwarding"
 UNDER_COMPILE = "fp4-quantize-under-compile"
+OP_BOUNDARY = "fp4-quantize-op-boundary"
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,14 @@ class Release:
     under_compile: str | None = None
     """The shape of the public `fp4_quantize` the registry patches, if any."""
     fp4_sha256_prefix: str | None = None
-    """sha256[:12] of the released flashinfer/quantization/fp4_quantization.py."""
+    """sha256[:12] of the released file that defines fp4_quantize (`fp4_file`)."""
+    op_boundary: str | None = None
+    """The shape of the public `fp4_quantize` the op-boundary patch keys, if any."""
+
+    @property
+    def fp4_file(self) -> str:
+        """The file that defines fp4_quantize in this release."""
+        return FP4 if Version(self.version) >= Version("0.6.7") else FP4_OLD
 
     @property
     def filename(self) -> str:
@@ -56,19 +66,140 @@ class Release:
     @property
     def shapes(self) -> dict[str, str]:
         """The shape of each patch the registry applies to this release, by patch id."""
-        found = {CUDA: self.shape, FORWARDING: self.forwarding, UNDER_COMPILE: self.under_compile}
+        found = {
+            CUDA: self.shape,
+            FORWARDING: self.forwarding,
+            OP_BOUNDARY: self.op_boundary,
+            UNDER_COMPILE: self.under_compile,
+        }
         return {patch: shape for patch, shape in found.items() if shape is not None}
 
 
 RELEASES = {
     r.version: r
     for r in (
-        Release("0.2.13", "sdist", None, None, "c6285f2c446b"),
-        Release("0.2.14", "sdist", None, None, "34153e8a87df"),
-        Release("0.2.14.post1", "sdist", "A", 26, "161ddb1906db"),
-        Release("0.3.1.post1", "sdist", "A", 38, "7d2448f60f32"),
-        Release("0.4.0", "sdist", "B", 59, "81a4bc7476d9"),
-        Release("0.5.0", "wheel", "B", 64, "78e065fa92fb"),
+        # The last release without fp4_quantize: nothing applies.
+        Release("0.2.8", "sdist", None, None, "4ed16c8d490e"),
+        # The first release with fp4_quantize: no get_cuda_version yet, six parameters.
+        Release(
+            "0.2.9",
+            "sdist",
+            None,
+            None,
+            "4ed16c8d490e",
+            fp4_sha256_prefix="d225c4eb0d28",
+            op_boundary="0.2.9",
+        ),
+        Release(
+            "0.2.11.post2",
+            "sdist",
+            None,
+            None,
+            "1bddf1772c7f",
+            fp4_sha256_prefix="a4759ae51f2a",
+            op_boundary="0.2.11.post2",
+        ),
+        Release(
+            "0.2.13",
+            "sdist",
+            None,
+            None,
+            "c6285f2c446b",
+            fp4_sha256_prefix="1208ac730283",
+            op_boundary="0.2.13",
+        ),
+        Release(
+            "0.2.14",
+            "sdist",
+            None,
+            None,
+            "34153e8a87df",
+            fp4_sha256_prefix="1208ac730283",
+            op_boundary="0.2.13",
+        ),
+        Release(
+            "0.2.14.post1",
+            "sdist",
+            "A",
+            26,
+            "161ddb1906db",
+            fp4_sha256_prefix="2f6fe19f0bef",
+            op_boundary="0.2.14.post1",
+        ),
+        Release(
+            "0.3.1.post1",
+            "sdist",
+            "A",
+            38,
+            "7d2448f60f32",
+            fp4_sha256_prefix="0d3be1c9eee3",
+            op_boundary="0.3.1",
+        ),
+        Release(
+            "0.4.0",
+            "sdist",
+            "B",
+            59,
+            "81a4bc7476d9",
+            fp4_sha256_prefix="a9406ca8c2e5",
+            op_boundary="0.3.1",
+        ),
+        Release(
+            "0.5.0",
+            "wheel",
+            "B",
+            64,
+            "78e065fa92fb",
+            fp4_sha256_prefix="608dd225ea49",
+            op_boundary="0.3.1",
+        ),
+        Release(
+            "0.6.0",
+            "wheel",
+            "B",
+            64,
+            "23df0b85062e",
+            fp4_sha256_prefix="02d33fd66802",
+            op_boundary="0.6.0",
+        ),
+        # fp4_quantize moves to flashinfer/quantization/; the old module re-exports it.
+        Release(
+            "0.6.7",
+            "wheel",
+            "B",
+            68,
+            "8f0d51dd2f88",
+            fp4_sha256_prefix="bd2989cdd58c",
+            op_boundary="0.6.7",
+        ),
+        Release(
+            "0.6.8",
+            "wheel",
+            "B",
+            68,
+            "8f0d51dd2f88",
+            fp4_sha256_prefix="e260094421a4",
+            op_boundary="0.6.8",
+        ),
+        Release(
+            "0.6.10",
+            "wheel",
+            "B",
+            68,
+            "f53c0575d877",
+            fp4_sha256_prefix="5cfc5b5ecfc1",
+            op_boundary="0.6.10",
+        ),
+        # The last release without FlashInfer's own op.
+        Release(
+            "0.6.11.post3",
+            "wheel",
+            "B",
+            68,
+            "9d20f28baed9",
+            fp4_sha256_prefix="dbd14a9718b0",
+            op_boundary="0.6.11",
+        ),
         # The first release with the op: both fp4 patches, each in its first shape.
         Release("0.6.12", "wheel", "B", 68, "9d20f28baed9", "positional", "0.6.12", "1a7e1c556fa8"),
         Release(
