@@ -104,9 +104,10 @@ def _following(tree: ast.Module, node: ast.FunctionDef, count: int) -> list[ast.
 def _definitions(patch: Patch, shape: Shape) -> list[_Statement]:
     """The module-level statements `patch` places after the function in `shape`."""
     operation = patch.operation
-    if not isinstance(operation, InsertFirst) or shape.text not in operation.definitions:
+    if not isinstance(operation, InsertFirst) or shape.text is None:
         return []
-    return list(cst.parse_module(operation.definitions[shape.text]).body)
+    text = operation.definitions.get(shape.text)
+    return list(cst.parse_module(text).body) if text else []
 
 
 def _rewrite(text: str, patch: Patch, matched: Match, tool_version: str) -> str | Unrecognised:

@@ -1,0 +1,189 @@
+"""fp4-quantize-op-boundary on real releases 0.2.9 - 0.6.11.post3, on a CPU.
+
+fi-patch's fake must give what each release's own fp4_quantize gives: the release runs for real
+on CPU tensors with only its compiled kernel replaced (tests/support/fp4_layouts.py), over a grid
+of shapes, orders and layouts, and the fake must agree on every output's shape, stride and dtype,
+or fail where the release fails. Eager calls must not change: a recorder in the kernel's place
+sees the same arguments before and after the patch. Against FlashInfer's own fake in 0.6.12 the
+fakes agree wherever the release computes a result, except where that fake itself departs from
+its release. The re-export module of 0.6.7 on stays untouched and exports the patched function.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from fi_patcher.errors import ExitCode
+from tests.conftest import MakeVenv
+from tests.support.cli import fi_patch, patch_result
+from tests.support.expected import expected, target_of
+from tests.support.releases import CUDA, FP4, FP4_OLD, OP_BOUNDARY, RELEASES, released_text
+from tests.support.venvs import python_of, site_packages, target_file
+
+LAYOUTS = Path(__file__).parent / "support" / "fp4_layouts.py"
+# The first release of each shape the patch keys.
+FIRSTS = ["0.2.9", "0.2.11.post2", "0.2.13", "0.2.14.post1", "0.3.1.post1", "0.6.0", "0.6.7"]
+FIRSTS += ["0.6.8", "0.6.10", "0.6.11.post3"]
+
+
+def layouts(venv: Path, *modes: str) -> dict[str, list[dict[str, Any]]]:
+    run = subprocess.run(
+        [python_of(venv), "-I", LAYOUTS, *modes],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return dict(json.loads(run.stdout))
+
+
+def result(case: dict[str, Any]) -> Any:
+    """What a case gave: the outputs' (shape, stride, dtype), or the error's type."""
+    return case.get("out", case.get("error"))
+
+
+def shapes(case: dict[str, Any]) -> Any:
+    """Shapes and dtypes only, as FlashInfer's own fake is compared."""
+    if "error" in case:
+        return case["error"]
+    return [(shape, dtype) for shape, _, dtype in case["out"]]
+
+
+def test_every_shape_is_covered_by_a_release_here() -> None:
+    keyed = {RELEASES[v].op_boundary for v in FIRSTS}
+    assert keyed == {s.name for s in _patch().shapes}
+
+
+@pytest.mark.parametrize("version", FIRSTS)
+def test_the_fake_is_the_release_and_eager_is_untouched(
+    runner: CliRunner, venv_with: MakeVenv, version: str
+) -> None:
+    venv = venv_with(version)
+    before = layouts(venv, "eager")["eager"]
+    run = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    assert patch_result(run.json, OP_BOUNDARY)["action"] == "applied"
+    relpath = target_of(OP_BOUNDARY, version)
+    assert (site_packages(venv) / relpath).read_bytes() == expected(version, relpath).encode()
+    after = layouts(venv, "ours", "eager")
+
+    # Eager: the kernel gets the same arguments, and the outputs are the same.
+    assert [(c["case"], c["kernel"], result(c)) for c in after["eager"]] == [
+        (c["case"], c["kernel"], result(c)) for c in before
+    ]
+    # The fake: each case's shapes, strides and dtypes, or the same failure.
+    assert [(c["case"], result(c)) for c in after["ours"]] == [
+        (c["case"], result(c)) for c in after["eager"]
+    ]
+    # The grid reaches every layout with a result and with a failure.
+    assert {c["case"][2] for c in before if "out" in c} == {
+        "swizzled-128x4",
+        "swizzled-8x4",
+        "linear",
+    }
+    assert any("error" in c for c in before)
+
+
+def _patch() -> Any:
+    from tests.support.expected import PATCHES
+
+    return PATCHES[OP_BOUNDARY]
+
+
+def test_fakes_against_flashinfers_own_in_0_6_12(venv_with: MakeVenv, runner: CliRunner) -> None:
+    """Where the release computes a result, fi-patch's fake and FlashInfer's 0.6.12 fake give the
+    same shapes and dtypes, except in two places, and there fi-patch's fake is the release's:
+    FlashInfer's fake leaves the leading dimensions out of a column-major input's scale-factor
+    rows (0.6.12 itself, run eagerly, counts them), and before 0.6.8 swizzled scale factors are
+    reshaped by k // sf_vec_size, not by the padded column count."""
+    upstream_venv = venv_with("0.6.12")
+    upstream = layouts(upstream_venv, "upstream", "eager")
+    # FlashInfer's fake against its own release: the column-major batched cases differ.
+    departs = {
+        tuple(json.dumps(x) for x in c["case"][:2])
+        for c, e in zip(upstream["upstream"], upstream["eager"], strict=True)
+        if "out" in e and shapes(c) != shapes(e)
+    }
+    assert departs == {(json.dumps([3, 64, 128]), '"column-major"')}
+
+    for version, old_reshape in (("0.2.9", True), ("0.6.11.post3", False)):
+        venv = venv_with(version)
+        assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+        ours = layouts(venv, "ours", "eager")
+        compared = 0
+        for mine, theirs, release in zip(
+            ours["ours"], upstream["upstream"], ours["eager"], strict=True
+        ):
+            assert mine["case"] == theirs["case"] == release["case"]
+            if "error" in release:
+                continue
+            compared += 1
+            shape, order, layout, sf_vec_size = mine["case"]
+            batched = order == "column-major" and len(shape) > 2
+            columns = (shape[-2] if order == "column-major" else shape[-1]) // sf_vec_size
+            reshaped = old_reshape and layout.startswith("swizzled") and columns % 4 != 0
+            if batched or reshaped:
+                assert shapes(mine) != shapes(theirs), mine["case"]
+                assert result(mine) == result(release), mine["case"]
+            else:
+                assert shapes(mine) == shapes(theirs), mine["case"]
+        assert compared >= 40
+
+
+@pytest.mark.parametrize("version", ["0.6.7", "0.6.11.post3"])
+def test_the_re_export_module_needs_no_change(
+    runner: CliRunner, venv_with: MakeVenv, version: str
+) -> None:
+    venv = venv_with(version)
+    run = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    (planned,) = run.json["results"]
+    assert FP4_OLD not in [f["relpath"] for f in planned["files"]]
+    site = site_packages(venv)
+    assert (site / FP4_OLD).read_bytes() == released_text(RELEASES[version], FP4_OLD)
+    assert (site / FP4).read_bytes() == expected(version, FP4).encode()
+    same = subprocess.run(
+        [
+            python_of(venv),
+            "-I",
+            "-c",
+            "import flashinfer.fp4_quantization as old, flashinfer.quantization.fp4_quantization"
+            " as new, flashinfer; print(old.fp4_quantize is new.fp4_quantize is"
+            " flashinfer.fp4_quantize, 'torch.compiler.is_compiling()' in"
+            " __import__('inspect').getsource(new.fp4_quantize))",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert same.stdout.split() == ["True", "True"], same.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "version", ["0.2.9", "0.3.1.post1", "0.5.0", "0.6.0", "0.6.8", "0.6.11.post3"]
+)
+def test_proof_is_red_before_and_green_after(
+    runner: CliRunner, venv_with: MakeVenv, version: str
+) -> None:
+    """The real proof, with cuda-version-torch-first in the same target where it applies."""
+    venv = venv_with(version)
+    run = fi_patch(runner, "apply", "--venv", venv, "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    proofs = patch_result(run.json, OP_BOUNDARY)["verification"]
+    assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
+    assert "holds one fi_patch.flashinfer_fp4_quantize call" in proofs["after"]["summary"]
+    relpath = target_of(OP_BOUNDARY, version)
+    assert (site_packages(venv) / relpath).read_bytes() == expected(version, relpath).encode()
+    if CUDA in RELEASES[version].shapes:
+        assert patch_result(run.json, CUDA)["action"] == "applied"
+        assert target_file(venv).read_bytes() == expected(version).encode()
+    reverted = fi_patch(runner, "revert", "--venv", venv)
+    assert reverted.code == ExitCode.OK, reverted.stdout
+    assert (site_packages(venv) / relpath).read_bytes() == released_text(RELEASES[version], relpath)
