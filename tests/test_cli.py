@@ -72,9 +72,11 @@ def test_revert_json(runner: CliRunner, venv_with: MakeVenv) -> None:
     run = fi_patch(runner, "revert", "--venv", venv, "--json")
     assert run.code == ExitCode.OK
     assert patch_result(run.json)["action"] == "reverted"
-    (file,) = run.json["results"][0]["files"]
-    assert (file["action"], file["patches"]) == ("reverted", [])
-    assert file["file"].endswith("flashinfer/jit/cpp_ext.py")
+    files = {f["relpath"]: (f["action"], f["patches"]) for f in run.json["results"][0]["files"]}
+    assert files == {
+        "flashinfer/jit/cpp_ext.py": ("reverted", []),
+        "flashinfer/fp4_quantization.py": ("reverted", []),
+    }
 
 
 def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> None:
@@ -84,6 +86,7 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
     assert check.stdout.splitlines() == [
         f"{venv}: cuda-version-torch-first pristine",
         f"{venv}: fp4-op-keyword-forwarding not-applicable",
+        f"{venv}: fp4-quantize-op-boundary pristine",
         f"{venv}: fp4-quantize-under-compile not-applicable",
     ]
     apply = fi_patch(runner, "-q", "apply", "--venv", venv, "--no-verify")

@@ -35,6 +35,8 @@ def test_patch_catalog_lists_every_patch_shape_range_and_proof() -> None:
             assert f"| {shape.name} | {span(shape.versions)} |" in section
             for digest in shape.function_sha256:
                 assert digest in section
+            if shape.target is not None:
+                assert f"`{shape.target}`" in section
         for exemption in patch.not_applicable:
             assert f"| - | {span(exemption.versions)} |" in section
         assert f"in_target/proofs/{patch.proof.script}" in section

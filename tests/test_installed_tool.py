@@ -46,12 +46,14 @@ def test_wheel_ships_the_patches_and_runs(installed_tool: Path, tmp_path: Path) 
     assert [p["id"] for p in patches] == [
         "cuda-version-torch-first",
         "fp4-op-keyword-forwarding",
+        "fp4-quantize-op-boundary",
         "fp4-quantize-under-compile",
     ]
     assert [s["name"] for s in patches[0]["shapes"]] == ["A", "B"]
     assert [p["proof"]["script"] for p in patches] == [
         "cuda_version_torch_first.py",
         "fp4_op_keyword_forwarding.py",
+        "fp4_quantize_op_boundary.py",
         "fp4_quantize_under_compile.py",
     ]
 

@@ -26,6 +26,7 @@ from tests.support.releases import (
     CUDA,
     FORWARDING,
     FP4,
+    OP_BOUNDARY,
     RELEASES,
     TARGET,
     UNDER_COMPILE,
@@ -161,7 +162,12 @@ def test_revert_of_one_patch_keeps_the_others(runner: CliRunner, venv_with: Make
     assert (site / FP4).read_bytes() == expected("0.7.0", FP4, [FORWARDING]).encode()
     assert (site / TARGET).read_bytes() == expected("0.7.0").encode()
     states, code = states_of(runner, venv)
-    assert states == {CUDA: "patched", FORWARDING: "patched", UNDER_COMPILE: "pristine"}
+    assert states == {
+        CUDA: "patched",
+        FORWARDING: "patched",
+        OP_BOUNDARY: "not-applicable",
+        UNDER_COMPILE: "pristine",
+    }
     assert code == ExitCode.NEEDS_APPLY
 
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
@@ -209,4 +215,9 @@ def test_where_upstream_fixed_the_op_the_branch_needs_nothing_else(
     assert (site_packages(venv) / FP4).read_bytes() == expected("0.7.4", FP4).encode()
     assert (site_packages(venv) / TARGET).read_bytes() == released_text(RELEASES["0.7.4"])
     states, _ = states_of(runner, venv)
-    assert states == {CUDA: "pristine", FORWARDING: "not-applicable", UNDER_COMPILE: "patched"}
+    assert states == {
+        CUDA: "pristine",
+        FORWARDING: "not-applicable",
+        OP_BOUNDARY: "not-applicable",
+        UNDER_COMPILE: "patched",
+    }

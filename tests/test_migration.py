@@ -26,6 +26,7 @@ from tests.support.releases import (
     CUDA,
     FORWARDING,
     FP4,
+    OP_BOUNDARY,
     RELEASES,
     TARGET,
     UNDER_COMPILE,
@@ -77,7 +78,12 @@ def test_a_venv_patched_by_0_1_0_is_checked_extended_and_reverted(
     assert manifest(venv)["schema"] == 1
 
     states, code = states_of(runner, venv)
-    assert states == {CUDA: "patched", FORWARDING: "pristine", UNDER_COMPILE: "pristine"}
+    assert states == {
+        CUDA: "patched",
+        FORWARDING: "pristine",
+        OP_BOUNDARY: "not-applicable",
+        UNDER_COMPILE: "pristine",
+    }
     assert code == ExitCode.NEEDS_APPLY
     assert manifest(venv)["schema"] == 1, "check writes nothing"
 

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result
+from tests.support.deps import fake_torch, use
 from tests.support.expected import expected, target_of
 from tests.support.releases import CUDA, FP4, FP4_OLD, OP_BOUNDARY, RELEASES, released_text
 from tests.support.venvs import python_of, site_packages, target_file
@@ -187,3 +188,23 @@ def test_proof_is_red_before_and_green_after(
     reverted = fi_patch(runner, "revert", "--venv", venv)
     assert reverted.code == ExitCode.OK, reverted.stdout
     assert (site_packages(venv) / relpath).read_bytes() == released_text(RELEASES[version], relpath)
+
+
+def test_a_torch_without_custom_op_leaves_the_patch_out(
+    runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
+) -> None:
+    """torch 2.3 has no torch.library.custom_op: the patch is left out whole, never half."""
+    venv = venv_with("0.5.0")
+    use(venv, fake_torch(tmp_path / "old", "raise ImportError('old')\n", "2.3.1+cu130"))
+    named = fi_patch(runner, "apply", "--venv", venv, "--patch", OP_BOUNDARY, "--no-verify")
+    assert named.code == ExitCode.REQUIREMENT
+    assert f"{OP_BOUNDARY} needs torch >=2.4" in named.text
+    assert not (venv / ".fi-patch").exists()
+
+    run = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    left = patch_result(run.json, OP_BOUNDARY)
+    assert left["action"] == "left-out" and "needs torch >=2.4" in left["message"]
+    assert patch_result(run.json, CUDA)["action"] == "applied"
+    assert (site_packages(venv) / FP4_OLD).read_bytes() == released_text(RELEASES["0.5.0"], FP4_OLD)
+    assert target_file(venv).read_bytes() == expected("0.5.0").encode()

@@ -25,6 +25,7 @@ from tests.support.releases import (
     CUDA,
     FORWARDING,
     FP4,
+    OP_BOUNDARY,
     RELEASES,
     TARGET,
     UNDER_COMPILE,
@@ -248,7 +249,12 @@ def test_a_failed_proof_rolls_back_only_the_files_it_covers(
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.0"])
     assert fp4_file(venv).read_bytes() == expected("0.7.0", FP4, [FORWARDING]).encode()
     states, _ = states_of(CliRunner(env={"VIRTUAL_ENV": None}), venv)
-    assert states == {CUDA: "pristine", FORWARDING: "patched", UNDER_COMPILE: "pristine"}
+    assert states == {
+        CUDA: "pristine",
+        FORWARDING: "patched",
+        OP_BOUNDARY: "not-applicable",
+        UNDER_COMPILE: "pristine",
+    }
 
 
 def test_a_revert_whose_remaining_patch_fails_its_proof_is_rolled_back(
@@ -270,7 +276,10 @@ def test_a_revert_whose_remaining_patch_fails_its_proof_is_rolled_back(
     assert patch_result(run.json, UNDER_COMPILE)["action"] == "rolled-back"
     assert fp4_file(venv).read_bytes() == before
     states, _ = states_of(runner, venv)
-    assert states == dict.fromkeys((CUDA, FORWARDING, UNDER_COMPILE), "patched")
+    assert states == {
+        **dict.fromkeys((CUDA, FORWARDING, UNDER_COMPILE), "patched"),
+        OP_BOUNDARY: "not-applicable",
+    }
 
 
 def test_verification_timeout_rolls_back(

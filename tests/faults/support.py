@@ -13,7 +13,8 @@ from pathlib import Path
 
 from fi_patcher.errors import ExitCode
 from tests.support.cli import Run
-from tests.support.venvs import target_file
+from tests.support.releases import FP4_OLD
+from tests.support.venvs import fp4_file, site_packages, target_file
 
 
 def sha256(path: Path) -> str:
@@ -125,7 +126,7 @@ import errno, os, sys, tempfile
 from pathlib import Path
 from fi_patcher import store
 fault, arguments = sys.argv[1], sys.argv[2:]
-targets = ("jit", "quantization")
+targets = ("jit", "quantization", "flashinfer")
 failed = [0]
 
 fsync_folder = store._fsync_folder
@@ -191,5 +192,6 @@ def _child(script: str, *arguments: str | Path) -> subprocess.CompletedProcess[s
 
 
 def stale_temporaries(venv: Path) -> list[Path]:
-    path = target_file(venv)
-    return sorted(path.parent.glob(f".{path.name}.*.fi-patch-tmp"))
+    """Temporary files fi-patch left beside any file it writes."""
+    paths = (target_file(venv), fp4_file(venv), site_packages(venv) / FP4_OLD)
+    return sorted(t for p in paths for t in p.parent.glob(f".{p.name}.*.fi-patch-tmp"))

@@ -23,12 +23,18 @@ from tests.faults.support import faulty, killed, sha256, stale_temporaries
 from tests.support.cli import fi_patch, patch_result, state_of, states_of
 from tests.support.deps import fake_torch, use
 from tests.support.expected import expected
-from tests.support.releases import FP4, RELEASES, TARGET, released_text
-from tests.support.venvs import fp4_file, target_file
+from tests.support.releases import FP4, FP4_OLD, OP_BOUNDARY, RELEASES, TARGET, released_text
+from tests.support.venvs import fp4_file, site_packages, target_file
 
-VERSION = "0.5.0"
-ORIGINAL = hashlib.sha256(released_text(RELEASES[VERSION])).hexdigest()
-PATCHED = hashlib.sha256(expected(VERSION).encode()).hexdigest()
+# A release where one patch applies, to one file: fp4-quantize-op-boundary in 0.2.13.
+VERSION = "0.2.13"
+ORIGINAL = hashlib.sha256(released_text(RELEASES[VERSION], FP4_OLD)).hexdigest()
+PATCHED = hashlib.sha256(expected(VERSION, FP4_OLD).encode()).hexdigest()
+
+
+def one_file(venv: Path) -> Path:
+    return site_packages(venv) / FP4_OLD
+
 
 # step -> (sha256 left behind, state `check` reports, its exit code)
 APPLY_STEPS = {
@@ -63,21 +69,21 @@ def test_apply_killed(runner: CliRunner, venv_with: MakeVenv, step: str) -> None
     child = killed(step, "apply", "--venv", venv, "--no-verify")
     assert child.returncode == -signal.SIGKILL, child.stderr
     left, state, code = APPLY_STEPS[step]
-    assert sha256(target_file(venv)) == left
-    assert state_of(runner, venv) == (state, code)
+    assert sha256(one_file(venv)) == left
+    assert state_of(runner, venv, OP_BOUNDARY) == (state, code)
     if step == "after-temp-write":
         assert stale_temporaries(venv), "the kill should leave the temporary file behind"
 
     finished = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
     assert finished.code == ExitCode.OK
-    assert sha256(target_file(venv)) == PATCHED
+    assert sha256(one_file(venv)) == PATCHED
     assert stale_temporaries(venv) == []
-    assert state_of(runner, venv) == ("patched", ExitCode.OK)
+    assert state_of(runner, venv, OP_BOUNDARY) == ("patched", ExitCode.OK)
     (record,) = records(venv)
     assert record["pending"] is None
-    assert [p["id"] for p in record["patches"]] == ["cuda-version-torch-first"]
+    assert [p["id"] for p in record["patches"]] == [OP_BOUNDARY]
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
-    assert sha256(target_file(venv)) == ORIGINAL
+    assert sha256(one_file(venv)) == ORIGINAL
 
 
 @pytest.mark.parametrize("step", REVERT_STEPS)
@@ -87,16 +93,16 @@ def test_revert_killed(runner: CliRunner, venv_with: MakeVenv, step: str) -> Non
     child = killed(step, "revert", "--venv", venv)
     assert child.returncode == -signal.SIGKILL, child.stderr
     left, state, code = REVERT_STEPS[step]
-    assert sha256(target_file(venv)) == left
-    assert state_of(runner, venv) == (state, code)
+    assert sha256(one_file(venv)) == left
+    assert state_of(runner, venv, OP_BOUNDARY) == (state, code)
 
     finished = fi_patch(runner, "revert", "--venv", venv)
     assert finished.code == ExitCode.OK, finished.text
-    assert sha256(target_file(venv)) == ORIGINAL
+    assert sha256(one_file(venv)) == ORIGINAL
     assert stale_temporaries(venv) == []
     assert records(venv) == []
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []
-    assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
+    assert state_of(runner, venv, OP_BOUNDARY) == ("pristine", ExitCode.NEEDS_APPLY)
 
 
 def test_interrupted_revert_can_be_finished_by_apply(
@@ -107,8 +113,8 @@ def test_interrupted_revert_can_be_finished_by_apply(
     assert killed("after-manifest-1", "revert", "--venv", venv).returncode == -signal.SIGKILL
     run = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
     assert run.code == ExitCode.OK
-    assert patch_result(run.json)["action"] == "finished"
-    assert state_of(runner, venv) == ("patched", ExitCode.OK)
+    assert patch_result(run.json, OP_BOUNDARY)["action"] == "finished"
+    assert state_of(runner, venv, OP_BOUNDARY) == ("patched", ExitCode.OK)
 
 
 def test_interrupted_apply_whose_bytes_fail_their_proof_is_undone(
@@ -118,13 +124,13 @@ def test_interrupted_apply_whose_bytes_fail_their_proof_is_undone(
     proof fails (here torch no longer imports) it puts FlashInfer's original back."""
     venv = venv_with(VERSION)
     assert killed("after-replace", "apply", "--venv", venv).returncode == -signal.SIGKILL
-    assert sha256(target_file(venv)) == PATCHED
+    assert sha256(one_file(venv)) == PATCHED
     use(venv, fake_torch(tmp_path / "broken", "raise ImportError('torch is broken')\n"))
     run = fi_patch(runner, "apply", "--venv", venv, "--json")
     assert run.code == ExitCode.VERIFY_FAILED, run.stdout
-    assert patch_result(run.json)["action"] == "rolled-back"
+    assert patch_result(run.json, OP_BOUNDARY)["action"] == "rolled-back"
     assert "torch is broken" in " ".join(run.json["results"][0]["error"]["details"])
-    assert sha256(target_file(venv)) == ORIGINAL
+    assert sha256(one_file(venv)) == ORIGINAL
     assert records(venv) == []
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []
 
@@ -179,7 +185,8 @@ def test_apply_of_two_files_killed_between_them_is_finished(
     assert finished.code == ExitCode.OK, finished.text
     assert _left(venv) == (True, True)
     states, code = states_of(runner, venv)
-    assert set(states.values()) == {"patched"} and code == ExitCode.OK
+    assert set(states.values()) == {"patched", "not-applicable"} and code == ExitCode.OK
+    assert states[OP_BOUNDARY] == "not-applicable"
     assert all(r["pending"] is None for r in records(venv))
 
 
@@ -207,11 +214,11 @@ def test_fsync_failure_after_the_replace_puts_the_old_bytes_back(
     venv = venv_with(VERSION)
     child = faulty("fsync-once", "apply", "--venv", venv, "--no-verify")
     assert child.returncode == ExitCode.WRITE, child.stderr
-    assert f"cannot write {target_file(venv)}: Input/output error" in " ".join(child.stderr.split())
-    assert sha256(target_file(venv)) == ORIGINAL
+    assert f"cannot write {one_file(venv)}: Input/output error" in " ".join(child.stderr.split())
+    assert sha256(one_file(venv)) == ORIGINAL
     assert records(venv) == []
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []
-    assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
+    assert state_of(runner, venv, OP_BOUNDARY) == ("pristine", ExitCode.NEEDS_APPLY)
 
 
 def test_fsync_failure_that_cannot_be_undone_keeps_the_backup(
@@ -225,14 +232,14 @@ def test_fsync_failure_that_cannot_be_undone_keeps_the_backup(
     said = " ".join(child.stderr.split())
     assert "holds fi-patch's new bytes, and putting the old ones back failed too" in said
     assert "No space left on device" in said and "fi-patch revert" in said
-    assert sha256(target_file(venv)) == PATCHED
+    assert sha256(one_file(venv)) == PATCHED
     (backup,) = (venv / ".fi-patch" / "backups").iterdir()
-    assert backup.read_bytes() == released_text(RELEASES[VERSION])
+    assert backup.read_bytes() == released_text(RELEASES[VERSION], FP4_OLD)
     (record,) = records(venv)
     assert record["pending"]["action"] == "apply"
-    assert state_of(runner, venv) == ("patched", ExitCode.NEEDS_APPLY)
+    assert state_of(runner, venv, OP_BOUNDARY) == ("patched", ExitCode.NEEDS_APPLY)
 
     reverted = fi_patch(runner, "revert", "--venv", venv)
     assert reverted.code == ExitCode.OK, reverted.text
-    assert sha256(target_file(venv)) == ORIGINAL
+    assert sha256(one_file(venv)) == ORIGINAL
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []

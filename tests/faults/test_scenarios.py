@@ -517,7 +517,9 @@ def test_backup_tampered(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.5.0")
     expect(_apply(runner, venv), ExitCode.OK)
     patched = sha256(target_file(venv))
-    (backup,) = (venv / ".fi-patch" / "backups").iterdir()
+    # Backups are named by the original's sha256: cpp_ext.py's.
+    original = hashlib.sha256(released_text(RELEASES["0.5.0"])).hexdigest()
+    backup = venv / ".fi-patch" / "backups" / f"{original}.py"
     replace_bytes(backup, backup.read_bytes() + b"import os; os.system('true')\n")
     run = fi_patch(runner, "revert", "--venv", venv)
     expect(
