@@ -71,7 +71,7 @@ def test_schema_rejects_what_fi_patch_never_prints(broken: str) -> None:
     document: dict[str, Any] = {
         "schema": 2,
         "command": "check",
-        "fi_patch_version": "0.2.0",
+        "fi_patch_version": "0.3.0",
         "exit_code": 0,
         "results": [
             {

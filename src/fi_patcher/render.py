@@ -201,7 +201,9 @@ def catalog(out: Console, patches: Sequence[Patch]) -> None:
             file = [shape.target or patch.target] if moves else []
             table.add_row(shape.name, span(shape.versions), *file, shape.note)
         for exemption in patch.not_applicable:
-            table.add_row("-", span(exemption.versions), *(["-"] if moves else []), exemption.reason)
+            table.add_row(
+                "-", span(exemption.versions), *(["-"] if moves else []), exemption.reason
+            )
         out.print(table)
         where = "the file of each shape" if moves else patch.target
         out.print(f"target: {where} :: {patch.function}()")
