@@ -6,7 +6,9 @@ of shapes, orders and layouts, and the fake must agree on every output's shape, 
 or fail where the release fails. Eager calls must not change: a recorder in the kernel's place
 sees the same arguments before and after the patch. Against FlashInfer's own fake in 0.6.12 the
 fakes agree wherever the release computes a result, except where that fake itself departs from
-its release. The re-export module of 0.6.7 on stays untouched and exports the patched function.
+its release. The re-export module of 0.6.7 on stays untouched and exports the patched function;
+an upgrade across that move is followed; a torch without custom_op leaves the patch out whole;
+and the real proof is red before and green after, beside cuda-version-torch-first.
 """
 
 from __future__ import annotations
@@ -21,11 +23,19 @@ from typer.testing import CliRunner
 
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
-from tests.support.cli import fi_patch, patch_result
+from tests.support.cli import fi_patch, patch_result, states_of
 from tests.support.deps import fake_torch, use
 from tests.support.expected import expected, target_of
-from tests.support.releases import CUDA, FP4, FP4_OLD, OP_BOUNDARY, RELEASES, released_text
-from tests.support.venvs import python_of, site_packages, target_file
+from tests.support.releases import (
+    CUDA,
+    FP4,
+    FP4_OLD,
+    OP_BOUNDARY,
+    RELEASES,
+    fetch,
+    released_text,
+)
+from tests.support.venvs import pip, python_of, site_packages, target_file
 
 LAYOUTS = Path(__file__).parent / "support" / "fp4_layouts.py"
 # The first release of each shape the patch keys.
@@ -208,3 +218,25 @@ def test_a_torch_without_custom_op_leaves_the_patch_out(
     assert patch_result(run.json, CUDA)["action"] == "applied"
     assert (site_packages(venv) / FP4_OLD).read_bytes() == released_text(RELEASES["0.5.0"], FP4_OLD)
     assert target_file(venv).read_bytes() == expected("0.5.0").encode()
+
+
+def test_an_upgrade_that_moves_the_function_is_followed(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    """Patched on 0.6.0, then pip installs 0.6.7, where fp4_quantize lives in another file: the
+    new file is FlashInfer's original (pristine), the old record is cleared, and apply patches
+    the new file while the old one, now a re-export, stays as pip wrote it."""
+    venv = venv_with("0.6.0")
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    pip(venv, "install", "--no-deps", "--no-index", str(fetch(RELEASES["0.6.7"])))
+    states, code = states_of(runner, venv)
+    assert (states[OP_BOUNDARY], states[CUDA], code) == ("pristine", "wiped", ExitCode.NEEDS_APPLY)
+    reverted = fi_patch(runner, "revert", "--venv", venv)
+    assert reverted.code == ExitCode.OK, reverted.text
+    assert "0.6.0 was replaced by 0.6.7 since fi-patch patched it" in reverted.text
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    site = site_packages(venv)
+    assert (site / FP4).read_bytes() == expected("0.6.7", FP4).encode()
+    assert (site / FP4_OLD).read_bytes() == released_text(RELEASES["0.6.7"], FP4_OLD)
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert (site / FP4).read_bytes() == released_text(RELEASES["0.6.7"], FP4)

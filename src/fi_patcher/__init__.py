@@ -1,3 +1,4 @@
-"""fi-patch: patch FlashInfer's CUDA version check in a chosen environment, and prove it there."""
+"""fi-patch: patch an installed FlashInfer in a chosen environment so that torch.compile can trace
+FP4 quantization, and prove it there."""
 
 __version__ = "0.3.0"
