@@ -8,8 +8,15 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.deps import CUDA_TORCH, shared, use
-from tests.support.releases import FP4_OLD, RELEASES, released_text
-from tests.support.venvs import clone, create_venv, fp4_file, install, site_packages, target_file
+from tests.support.releases import RELEASES, released_text
+from tests.support.venvs import (
+    clone,
+    create_venv,
+    install,
+    site_packages,
+    target_file,
+    written_files,
+)
 
 MakeVenv = Callable[[str], Path]
 
@@ -36,7 +43,7 @@ def template(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Pat
         path = _templates[version]
         # A test that wrote through a hardlink would have changed every clone: catch it here.
         site = site_packages(path)
-        for file in _targets(path):
+        for file in written_files(path):
             original = released_text(RELEASES[version], file.relative_to(site).as_posix())
             assert hashlib.sha256(file.read_bytes()).digest() == hashlib.sha256(original).digest()
         assert _fingerprint(path) == _fingerprints[version]
@@ -45,15 +52,10 @@ def template(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Pat
     return get
 
 
-def _targets(venv: Path) -> list[Path]:
-    paths = (target_file(venv), fp4_file(venv), site_packages(venv) / FP4_OLD)
-    return [p for p in paths if p.exists()]
-
-
 def _fingerprint(venv: Path) -> dict[str, str]:
     """Hashes of the files a test might be tempted to edit: metadata and the targets."""
     site = target_file(venv).parents[2]
-    paths = [*_targets(venv), *sorted(site.glob("flashinfer_python-*.dist-info/*"))]
+    paths = [*written_files(venv), *sorted(site.glob("flashinfer_python-*.dist-info/*"))]
     return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths if p.is_file()}
 
 

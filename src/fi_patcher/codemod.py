@@ -73,7 +73,8 @@ def take_out(text: str, patch: Patch, shape: Shape) -> str | None:
         return None
     node, found = located
     # The statements the patch adds after the function go with it.
-    following = _following(tree, node, len(_definitions(patch, shape)))
+    definitions = _definitions(patch, shape)
+    following = _following(tree, node, len(definitions))
     if following is None:
         return None
     end = following[-1].end_lineno if following else found.end
@@ -85,7 +86,7 @@ def take_out(text: str, patch: Patch, shape: Shape) -> str | None:
     module = cst.parse_module(snippet)
     definition, *after = module.body
     assert isinstance(definition, cst.FunctionDef)
-    if [_code(s) for s in after] != [_code(s) for s in _definitions(patch, shape)]:
+    if [_code(s) for s in after] != [_code(s) for s in definitions]:
         return None
     undone = _TAKE_OUT[type(patch.operation)](definition, patch, shape)
     if undone is None:

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from fi_patcher.errors import ExitCode
 from tests.support.cli import Run
-from tests.support.releases import FP4_OLD
-from tests.support.venvs import fp4_file, site_packages, target_file
+from tests.support.venvs import written_files
 
 
 def sha256(path: Path) -> str:
@@ -193,5 +192,6 @@ def _child(script: str, *arguments: str | Path) -> subprocess.CompletedProcess[s
 
 def stale_temporaries(venv: Path) -> list[Path]:
     """Temporary files fi-patch left beside any file it writes."""
-    paths = (target_file(venv), fp4_file(venv), site_packages(venv) / FP4_OLD)
-    return sorted(t for p in paths for t in p.parent.glob(f".{p.name}.*.fi-patch-tmp"))
+    return sorted(
+        t for p in written_files(venv) for t in p.parent.glob(f".{p.name}.*.fi-patch-tmp")
+    )

@@ -25,7 +25,7 @@ import sys
 import venv as venv_module
 from pathlib import Path
 
-from tests.support.releases import FP4, TARGET, Release, fetch, released_files
+from tests.support.releases import FP4, FP4_OLD, TARGET, Release, fetch, released_files
 
 
 def create_venv(path: Path) -> Path:
@@ -111,6 +111,13 @@ def replace_bytes(path: Path, data: bytes) -> None:
 
 def target_file(venv: Path) -> Path:
     return site_packages(venv) / TARGET
+
+
+def written_files(venv: Path) -> list[Path]:
+    """Every file a patch may write in `venv` that exists there: cpp_ext.py, and fp4_quantize's
+    file before and after its 0.6.7 move."""
+    paths = (target_file(venv), fp4_file(venv), site_packages(venv) / FP4_OLD)
+    return [p for p in paths if p.exists()]
 
 
 def fp4_file(venv: Path) -> Path:
