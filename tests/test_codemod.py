@@ -19,7 +19,15 @@ from fi_patcher.codemod import Composed, Unrecognised, compose, take_out
 from fi_patcher.model import KeywordArguments, Patch, Proof, Shape
 from fi_patcher.recognise import render_diff
 from fi_patcher.registry import fit, load_patches
-from tests.support.expected import OWN_LINES, PATCHES, expected, marker, original, target_of
+from tests.support.expected import (
+    OWN_LINES,
+    PATCHES,
+    def_line,
+    expected,
+    marker,
+    original,
+    target_of,
+)
 from tests.support.releases import (
     CUDA,
     FORWARDING,
@@ -89,11 +97,10 @@ def test_patched_text_is_never_patched_twice(version: str, relpath: str) -> None
     assert "is not one fi-patch knows" in result.reason
 
 
-@pytest.mark.parametrize("version", [v for v, r in RELEASES.items() if r.shape])
+@pytest.mark.parametrize("version", [v for v, r in RELEASES.items() if CUDA in r.shapes])
 def test_diff_adds_only_our_lines(version: str) -> None:
     diff = render_diff(original(version), expected(version), TARGET)
-    at = RELEASES[version].def_line
-    assert at is not None
+    at = def_line(version)
     lines = diff.splitlines(keepends=True)
     assert lines[:3] == [
         "--- a/flashinfer/jit/cpp_ext.py\n",
@@ -162,7 +169,7 @@ def test_crlf_line_endings_are_kept(version: str, relpath: str) -> None:
     assert result.text == expected(version, relpath, newline="\r\n")
 
 
-OP_BOUNDARY_CASES = [v for v, r in RELEASES.items() if r.op_boundary]
+OP_BOUNDARY_CASES = [v for v, r in RELEASES.items() if OP_BOUNDARY in r.shapes]
 
 
 @pytest.mark.parametrize("version", OP_BOUNDARY_CASES)

@@ -18,7 +18,7 @@ from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result, state_of, states_of
 from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.expected import expected
-from tests.support.releases import FP4, RELEASES, fetch, released_text
+from tests.support.releases import FP4, RELEASES, TARGET, fetch, released_text
 from tests.support.venvs import (
     fp4_file,
     python_of,
@@ -228,7 +228,7 @@ def test_uv_venv_without_pip_and_uv_cache_links(runner: CliRunner, tmp_path: Pat
     assert state_of(runner, venv) == ("patched", ExitCode.OK)
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert path.read_bytes() == original
-    assert hashlib.sha256(original).hexdigest()[:12] == RELEASES["0.5.0"].file_sha256_prefix
+    assert hashlib.sha256(original).hexdigest()[:12] == RELEASES["0.5.0"].sha256_prefixes[TARGET]
     assert site_packages(venv) == path.parents[2]
 
 

@@ -11,7 +11,6 @@ from packaging.version import Version
 
 from fi_patcher.errors import UsageError
 from fi_patcher.model import Verdict
-from fi_patcher.recognise import function_hashes
 from fi_patcher.registry import (
     RegistryError,
     check_requirements,
@@ -22,13 +21,14 @@ from fi_patcher.registry import (
     span,
 )
 from tests.support.expected import PATCHES, target_of
+from tests.support.hashes import function_hashes
 from tests.support.releases import (
     CUDA,
     FORWARDING,
     FP4,
-    FP4_OLD,
     OP_BOUNDARY,
     RELEASES,
+    TARGET,
     UNDER_COMPILE,
     final_versions,
     released_text,
@@ -112,9 +112,7 @@ def test_registry_hashes_match_the_released_function(version: str, patch: str) -
     release, registered = RELEASES[version], PATCHES[patch]
     relpath = target_of(patch, version)
     text = released_text(release, relpath)
-    fp4 = relpath in (FP4, FP4_OLD)
-    prefix = release.fp4_sha256_prefix if fp4 else release.file_sha256_prefix
-    assert hashlib.sha256(text).hexdigest()[:12] == prefix
+    assert hashlib.sha256(text).hexdigest()[:12] == release.sha256_prefixes[relpath]
     hashes = function_hashes(text.decode("utf-8"), registered.function)
     assert hashes is not None
     raw, structure = hashes
@@ -127,7 +125,8 @@ def test_registry_hashes_match_the_released_function(version: str, patch: str) -
 @pytest.mark.parametrize("version", ["0.2.13", "0.2.14"])
 def test_not_applicable_releases_have_no_public_function(version: str) -> None:
     text = released_text(RELEASES[version]).decode("utf-8")
-    assert hashlib.sha256(text.encode()).hexdigest()[:12] == RELEASES[version].file_sha256_prefix
+    prefix = RELEASES[version].sha256_prefixes[TARGET]
+    assert hashlib.sha256(text.encode()).hexdigest()[:12] == prefix
     assert function_hashes(text, PATCHES[CUDA].function) is None
 
 

@@ -100,19 +100,6 @@ def locate(
     return node, FunctionSpan(start, end, span_text)
 
 
-def function_hashes(text: str, function: str) -> tuple[str, str] | None:
-    """(raw, structural) sha256 of the one top-level `function` in `text`, if there is one."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return None
-    located = locate(tree, text, function)
-    if isinstance(located, Unrecognised):
-        return None
-    node, found = located
-    return sha256_text(found.text), sha256_text(ast.unparse(node))
-
-
 def render_diff(before: str, after: str, path: str) -> str:
     """A unified diff with three lines of context, as `git diff` shows it."""
     return "".join(

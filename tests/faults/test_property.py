@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from fi_patcher import __version__
 from fi_patcher.codemod import Composed, Unrecognised, compose
-from fi_patcher.recognise import function_hashes
 from fi_patcher.registry import fit, load_patches
 from tests.support.expected import OWN_LINES
+from tests.support.hashes import function_hashes
 from tests.support.releases import RELEASES, released_text
 
 PATCH = load_patches()[0]

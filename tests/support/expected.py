@@ -7,23 +7,17 @@ a test comparing the engine's output with these bytes checks every byte the engi
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterable
 
 from fi_patcher import __version__
-from fi_patcher.model import InsertFirst
+from fi_patcher.model import InsertFirst, KeywordArguments
 from fi_patcher.registry import load_patches, located
-from tests.support.releases import (
-    CUDA,
-    FORWARDING,
-    OP_BOUNDARY,
-    RELEASES,
-    TARGET,
-    UNDER_COMPILE,
-    released_text,
-)
+from tests.support.releases import CUDA, RELEASES, TARGET, released_text
 
 PATCHES = {p.id: p for p in load_patches()}
+
+_Edit = tuple[int, int, list[str]]
+"""(0-based line, lines replaced, new lines)."""
 
 
 def target_of(patch: str, version: str) -> str:
@@ -40,7 +34,8 @@ def marker(patch: str, indent: str = "    ") -> str:
     return f"{indent}# fi-patch: {patch} (fi-patch {__version__})\n"
 
 
-# fi-patch's own lines in get_cuda_version: the only lines the cuda patch adds.
+# fi-patch's own lines in get_cuda_version, written out by hand: `expected` derives them from
+# the TOML, and the tests compare the two.
 OWN_LINES = [
     marker(CUDA),
     "    if torch.version.cuda is not None:\n",
@@ -50,6 +45,11 @@ OWN_LINES = [
 
 def original(version: str, relpath: str = TARGET) -> str:
     return released_text(RELEASES[version], relpath).decode("utf-8")
+
+
+def def_line(version: str, patch: str = CUDA) -> int:
+    """The line (1-based) of `def` of the function `patch` rewrites, in the released file."""
+    return _function(original(version, target_of(patch, version)), PATCHES[patch].function).lineno
 
 
 def expected(
@@ -70,41 +70,88 @@ def expected(
     return "".join(lines).replace("\n", newline)
 
 
-def _edit(version: str, relpath: str, patch: str) -> tuple[int, int, list[str]]:
-    """(0-based line, lines replaced, new lines) for one patch."""
-    if patch == CUDA:
-        at = RELEASES[version].def_line
-        assert at is not None
-        assert original(version, relpath).splitlines()[at - 1].startswith("def get_cuda_version")
-        return at, 0, OWN_LINES
-    node = _function(original(version, relpath), PATCHES[patch].function)
-    lines = original(version, relpath).splitlines(keepends=True)
-    if patch in (UNDER_COMPILE, OP_BOUNDARY):
-        docstring = node.body[0]
-        assert isinstance(docstring, ast.Expr) and isinstance(docstring.value, ast.Constant)
-        operation = PATCHES[patch].operation
-        assert isinstance(operation, InsertFirst)
-        shape = RELEASES[version].shapes[patch]
-        key = next(s.text for s in PATCHES[patch].shapes if s.name == shape)
-        assert key is not None
-        own = [marker(patch)] + ["    " + line for line in operation.texts[key].splitlines(True)]
-        assert docstring.end_lineno is not None and node.end_lineno is not None
-        if key not in operation.definitions:
-            return docstring.end_lineno, 0, own
-        # The op and its fake follow the function, two blank lines and a marker above them.
-        after = ["\n", "\n", marker(patch, ""), *operation.definitions[key].splitlines(True)]
-        body = lines[docstring.end_lineno : node.end_lineno]
-        return docstring.end_lineno, len(body), [*own, *body, *after]
-    assert patch == FORWARDING
-    start = next(
-        i
-        for i in range(node.lineno - 1, node.end_lineno or 0)
-        if lines[i] == "    return fp4_quantize(\n"
-    )
-    end = lines.index("    )\n", start)
-    arguments = lines[start + 1 : end]
-    keywords = [re.sub(r"^(\s+)(\w+),\n$", r"\1\2=\2,\n", line) for line in arguments[4:]]
-    return start, end - start, [marker(patch), lines[start], *arguments[:4], *keywords]
+def _edit(version: str, relpath: str, patch: str) -> _Edit:
+    """(0-based line, lines replaced, new lines) for one patch, by the kind of its operation."""
+    text = original(version, relpath)
+    lines = text.splitlines(keepends=True)
+    node = _function(text, PATCHES[patch].function)
+    operation = PATCHES[patch].operation
+    if isinstance(operation, KeywordArguments):
+        return _keywords(lines, node, patch, operation)
+    shape = PATCHES[patch].shape_named(RELEASES[version].shapes[patch])
+    assert shape is not None and shape.text is not None
+    return _insert_first(lines, node, patch, operation, shape.text)
+
+
+def _insert_first(
+    lines: list[str], node: ast.FunctionDef, patch: str, operation: InsertFirst, key: str
+) -> _Edit:
+    """The shape's statements first in the body, under a marker; then its definitions, if any,
+    right after the function, two blank lines and a marker above them."""
+    at = _body_start(lines, node)
+    indent = _indent(lines, node.body[0])
+    statements = operation.texts[key].splitlines(keepends=True)
+    own = [marker(patch, indent), *(indent + line for line in statements)]
+    if key not in operation.definitions:
+        return at, 0, own
+    assert node.end_lineno is not None
+    body = lines[at : node.end_lineno]
+    # The function is at module level, and so are its definitions: no indent.
+    after = ["\n", "\n", marker(patch, ""), *operation.definitions[key].splitlines(True)]
+    return at, len(body), [*own, *body, *after]
+
+
+def _body_start(lines: list[str], node: ast.FunctionDef) -> int:
+    """The 0-based line where statements inserted first go: after the docstring, or else right
+    after the `def` line(s), above any blank or comment lines that open the body (libcst keeps
+    those with the statement after them)."""
+    first = node.body[0]
+    if ast.get_docstring(node, clean=False) is not None:
+        assert first.end_lineno is not None
+        return first.end_lineno
+    at = first.lineno - 1
+    while not lines[at - 1].strip() or lines[at - 1].lstrip().startswith("#"):
+        at -= 1
+    return at
+
+
+def _keywords(
+    lines: list[str], node: ast.FunctionDef, patch: str, operation: KeywordArguments
+) -> _Edit:
+    """The function's one call of `operation.call` with each argument after the first
+    `positional` passed as `x=x`, under a marker above the statement that makes the call."""
+    (statement,) = [s for s in node.body if _calls(s, operation.call)]
+    (call,) = _calls(statement, operation.call)
+    later = call.args[operation.positional :]
+    assert later and not call.keywords
+    assert statement.end_lineno is not None
+    at = statement.lineno - 1
+    edited = lines[at : statement.end_lineno]
+    # Right to left, so that each argument's offsets still hold when it is edited.
+    for argument in reversed(later):
+        assert isinstance(argument, ast.Name) and argument.end_col_offset is not None
+        row = argument.lineno - 1 - at
+        keyword = f"{argument.id}={argument.id}"
+        edited[row] = _splice(edited[row], argument.col_offset, argument.end_col_offset, keyword)
+    return at, len(edited), [marker(patch, _indent(lines, statement)), *edited]
+
+
+def _calls(node: ast.AST, name: str) -> list[ast.Call]:
+    return [
+        n
+        for n in ast.walk(node)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name
+    ]
+
+
+def _splice(line: str, start: int, end: int, new: str) -> str:
+    """`line` with `new` in place of its UTF-8 bytes `start:end` (ast's offsets count bytes)."""
+    data = line.encode("utf-8")
+    return (data[:start] + new.encode("utf-8") + data[end:]).decode("utf-8")
+
+
+def _indent(lines: list[str], statement: ast.stmt) -> str:
+    return lines[statement.lineno - 1][: statement.col_offset]
 
 
 def _function(text: str, name: str) -> ast.FunctionDef:

@@ -13,7 +13,8 @@ import os
 import tarfile
 import urllib.request
 import zipfile
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -38,180 +39,141 @@ class Release:
     version: str
     kind: str
     """wheel | sdist: shape-A and 0.4.x releases were published as sdists only."""
-    shape: str | None
-    """The shape of get_cuda_version the registry patches (A, B), None where it does not."""
-    def_line: int | None = None
-    """Line of `def get_cuda_version` in the released cpp_ext.py."""
-    file_sha256_prefix: str | None = None
-    """sha256[:12] of the released cpp_ext.py, from ../shared/research/flashinfer.md."""
-    forwarding: str | None = None
-    """The shape of the op's `_fp4_quantize_custom_op` the registry patches, if any."""
-    under_compile: str | None = None
-    """The shape of the public `fp4_quantize` the registry patches, if any."""
-    fp4_sha256_prefix: str | None = None
-    """sha256[:12] of the released file that defines fp4_quantize (`fp4_file`)."""
-    op_boundary: str | None = None
-    """The shape of the public `fp4_quantize` the op-boundary patch keys, if any."""
-
-    @property
-    def fp4_file(self) -> str:
-        """The file that defines fp4_quantize in this release."""
-        return FP4 if Version(self.version) >= Version("0.6.7") else FP4_OLD
+    # The mappings are left out of the hash (a dict has none), not out of equality: the version
+    # and kind already name one archive, and `released_files` caches by Release.
+    shapes: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """The shape of each patch the registry applies to this release, by patch id."""
+    sha256_prefixes: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """sha256[:12] of released files, by relpath: cpp_ext.py, and the file that defines
+    fp4_quantize where there is one (from ../shared/research/flashinfer.md)."""
 
     @property
     def filename(self) -> str:
         stem = f"flashinfer_python-{self.version}"
         return f"{stem}-py3-none-any.whl" if self.kind == "wheel" else f"{stem}.tar.gz"
 
-    @property
-    def shapes(self) -> dict[str, str]:
-        """The shape of each patch the registry applies to this release, by patch id."""
-        found = {
-            CUDA: self.shape,
-            FORWARDING: self.forwarding,
-            OP_BOUNDARY: self.op_boundary,
-            UNDER_COMPILE: self.under_compile,
-        }
-        return {patch: shape for patch, shape in found.items() if shape is not None}
-
 
 RELEASES = {
     r.version: r
     for r in (
         # The last release without fp4_quantize: nothing applies.
-        Release("0.2.8", "sdist", None, None, "4ed16c8d490e"),
+        Release("0.2.8", "sdist", {}, {TARGET: "4ed16c8d490e"}),
         # The first release with fp4_quantize: no get_cuda_version yet, six parameters.
         Release(
             "0.2.9",
             "sdist",
-            None,
-            None,
-            "4ed16c8d490e",
-            fp4_sha256_prefix="d225c4eb0d28",
-            op_boundary="0.2.9",
+            {OP_BOUNDARY: "0.2.9"},
+            {TARGET: "4ed16c8d490e", FP4_OLD: "d225c4eb0d28"},
         ),
         Release(
             "0.2.11.post2",
             "sdist",
-            None,
-            None,
-            "1bddf1772c7f",
-            fp4_sha256_prefix="a4759ae51f2a",
-            op_boundary="0.2.11.post2",
+            {OP_BOUNDARY: "0.2.11.post2"},
+            {TARGET: "1bddf1772c7f", FP4_OLD: "a4759ae51f2a"},
         ),
         Release(
             "0.2.13",
             "sdist",
-            None,
-            None,
-            "c6285f2c446b",
-            fp4_sha256_prefix="1208ac730283",
-            op_boundary="0.2.13",
+            {OP_BOUNDARY: "0.2.13"},
+            {TARGET: "c6285f2c446b", FP4_OLD: "1208ac730283"},
         ),
         Release(
             "0.2.14",
             "sdist",
-            None,
-            None,
-            "34153e8a87df",
-            fp4_sha256_prefix="1208ac730283",
-            op_boundary="0.2.13",
+            {OP_BOUNDARY: "0.2.13"},
+            {TARGET: "34153e8a87df", FP4_OLD: "1208ac730283"},
         ),
         Release(
             "0.2.14.post1",
             "sdist",
-            "A",
-            26,
-            "161ddb1906db",
-            fp4_sha256_prefix="2f6fe19f0bef",
-            op_boundary="0.2.14.post1",
+            {CUDA: "A", OP_BOUNDARY: "0.2.14.post1"},
+            {TARGET: "161ddb1906db", FP4_OLD: "2f6fe19f0bef"},
         ),
         Release(
             "0.3.1.post1",
             "sdist",
-            "A",
-            38,
-            "7d2448f60f32",
-            fp4_sha256_prefix="0d3be1c9eee3",
-            op_boundary="0.3.1",
+            {CUDA: "A", OP_BOUNDARY: "0.3.1"},
+            {TARGET: "7d2448f60f32", FP4_OLD: "0d3be1c9eee3"},
         ),
         Release(
             "0.4.0",
             "sdist",
-            "B",
-            59,
-            "81a4bc7476d9",
-            fp4_sha256_prefix="a9406ca8c2e5",
-            op_boundary="0.3.1",
+            {CUDA: "B", OP_BOUNDARY: "0.3.1"},
+            {TARGET: "81a4bc7476d9", FP4_OLD: "a9406ca8c2e5"},
         ),
         Release(
             "0.5.0",
             "wheel",
-            "B",
-            64,
-            "78e065fa92fb",
-            fp4_sha256_prefix="608dd225ea49",
-            op_boundary="0.3.1",
+            {CUDA: "B", OP_BOUNDARY: "0.3.1"},
+            {TARGET: "78e065fa92fb", FP4_OLD: "608dd225ea49"},
         ),
         Release(
             "0.6.0",
             "wheel",
-            "B",
-            64,
-            "23df0b85062e",
-            fp4_sha256_prefix="02d33fd66802",
-            op_boundary="0.6.0",
+            {CUDA: "B", OP_BOUNDARY: "0.6.0"},
+            {TARGET: "23df0b85062e", FP4_OLD: "02d33fd66802"},
         ),
         # fp4_quantize moves to flashinfer/quantization/; the old module re-exports it.
         Release(
             "0.6.7",
             "wheel",
-            "B",
-            68,
-            "8f0d51dd2f88",
-            fp4_sha256_prefix="bd2989cdd58c",
-            op_boundary="0.6.7",
+            {CUDA: "B", OP_BOUNDARY: "0.6.7"},
+            {TARGET: "8f0d51dd2f88", FP4: "bd2989cdd58c"},
         ),
         Release(
             "0.6.8",
             "wheel",
-            "B",
-            68,
-            "8f0d51dd2f88",
-            fp4_sha256_prefix="e260094421a4",
-            op_boundary="0.6.8",
+            {CUDA: "B", OP_BOUNDARY: "0.6.8"},
+            {TARGET: "8f0d51dd2f88", FP4: "e260094421a4"},
         ),
         Release(
             "0.6.10",
             "wheel",
-            "B",
-            68,
-            "f53c0575d877",
-            fp4_sha256_prefix="5cfc5b5ecfc1",
-            op_boundary="0.6.10",
+            {CUDA: "B", OP_BOUNDARY: "0.6.10"},
+            {TARGET: "f53c0575d877", FP4: "5cfc5b5ecfc1"},
         ),
         # The last release without FlashInfer's own op.
         Release(
             "0.6.11.post3",
             "wheel",
-            "B",
-            68,
-            "9d20f28baed9",
-            fp4_sha256_prefix="dbd14a9718b0",
-            op_boundary="0.6.11",
+            {CUDA: "B", OP_BOUNDARY: "0.6.11"},
+            {TARGET: "9d20f28baed9", FP4: "dbd14a9718b0"},
         ),
         # The first release with the op: both fp4 patches, each in its first shape.
-        Release("0.6.12", "wheel", "B", 68, "9d20f28baed9", "positional", "0.6.12", "1a7e1c556fa8"),
         Release(
-            "0.6.18.post1", "wheel", "B", 68, "c2ebe90fa1dd", "positional", "0.6.13", "a003e182bf96"
+            "0.6.12",
+            "wheel",
+            {CUDA: "B", FORWARDING: "positional", UNDER_COMPILE: "0.6.12"},
+            {TARGET: "9d20f28baed9", FP4: "1a7e1c556fa8"},
+        ),
+        Release(
+            "0.6.18.post1",
+            "wheel",
+            {CUDA: "B", FORWARDING: "positional", UNDER_COMPILE: "0.6.13"},
+            {TARGET: "c2ebe90fa1dd", FP4: "a003e182bf96"},
         ),
         # The last release whose op forwards positionally.
-        Release("0.7.0", "wheel", "B", 68, "dd806d68794d", "positional", "0.6.13", "02770b24a2c5"),
+        Release(
+            "0.7.0",
+            "wheel",
+            {CUDA: "B", FORWARDING: "positional", UNDER_COMPILE: "0.6.13"},
+            {TARGET: "dd806d68794d", FP4: "02770b24a2c5"},
+        ),
         # Upstream forwards by keyword from here: the forwarding patch does not apply.
-        Release("0.7.1", "wheel", "B", 68, "6cc6c732ac5b", None, "0.7.1", "c3fa702c5637"),
-        Release("0.7.4", "wheel", "B", 68, "6cc6c732ac5b", None, "0.7.4", "d39602926b0b"),
+        Release(
+            "0.7.1",
+            "wheel",
+            {CUDA: "B", UNDER_COMPILE: "0.7.1"},
+            {TARGET: "6cc6c732ac5b", FP4: "c3fa702c5637"},
+        ),
+        Release(
+            "0.7.4",
+            "wheel",
+            {CUDA: "B", UNDER_COMPILE: "0.7.4"},
+            {TARGET: "6cc6c732ac5b", FP4: "d39602926b0b"},
+        ),
         # A real pre-release: outside every range, yet its function is shape B.
-        Release("0.6.0rc1", "wheel", None, 64, None),
+        Release("0.6.0rc1", "wheel"),
     )
 }
 

@@ -25,7 +25,8 @@ import sys
 import venv as venv_module
 from pathlib import Path
 
-from tests.support.releases import FP4, FP4_OLD, TARGET, Release, fetch, released_files
+from fi_patcher.registry import load_patches
+from tests.support.releases import FP4, TARGET, Release, fetch, released_files
 
 
 def create_venv(path: Path) -> Path:
@@ -114,9 +115,9 @@ def target_file(venv: Path) -> Path:
 
 
 def written_files(venv: Path) -> list[Path]:
-    """Every file a patch may write in `venv` that exists there: cpp_ext.py, and fp4_quantize's
-    file before and after its 0.6.7 move."""
-    paths = (target_file(venv), fp4_file(venv), site_packages(venv) / FP4_OLD)
+    """Every file a patch of the registry may write in any release, that exists in `venv`."""
+    relpaths = dict.fromkeys(t for p in load_patches() for t in p.targets)
+    paths = (site_packages(venv) / r for r in relpaths)
     return [p for p in paths if p.exists()]
 
 

@@ -1,0 +1,21 @@
+"""The two hashes the registry keys a function by, computed the way docs/patches.md says: sha256
+of the exact lines from the first decorator to the last line, and of its `ast.unparse` form."""
+
+from __future__ import annotations
+
+import ast
+
+from fi_patcher.recognise import Unrecognised, locate, sha256_text
+
+
+def function_hashes(text: str, function: str) -> tuple[str, str] | None:
+    """(raw, structural) sha256 of the one top-level `function` in `text`, if there is one."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    located = locate(tree, text, function)
+    if isinstance(located, Unrecognised):
+        return None
+    node, found = located
+    return sha256_text(found.text), sha256_text(ast.unparse(node))
