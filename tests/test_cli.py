@@ -57,6 +57,23 @@ def test_check_table_for_people(runner: CliRunner, venv_with: MakeVenv) -> None:
     assert "\x1b[" not in run.stdout
 
 
+def test_a_log_of_80_columns_never_breaks_a_path(venv_with: MakeVenv) -> None:
+    """Not a terminal (CI, Ansible, `| tee`): rich lays out 80 columns; the state table and the
+    summary of several targets still hold each path whole on one line."""
+    venv = venv_with("0.7.4")
+    log = CliRunner(
+        env={"VIRTUAL_ENV": None, "CONDA_PREFIX": None, "NO_COLOR": "1", "COLUMNS": "80"}
+    )
+    run = fi_patch(log, "check", "--venv", venv, "--venv", venv)
+    assert run.code == ExitCode.NEEDS_APPLY
+    lines = run.stdout.splitlines()
+    table = [line for line in lines if line.startswith("fp4-quantize-under-compile ")]
+    assert len(table) == 2 and all(
+        "flashinfer/quantization/fp4_quantization.py" in t for t in table
+    )
+    assert sum(line.startswith(f"--venv {venv} ") for line in lines) == 2, run.stdout
+
+
 def test_dry_run_for_people_shows_the_diff(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.2.14.post1")
     run = fi_patch(runner, "apply", "--venv", venv, "--dry-run")

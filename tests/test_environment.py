@@ -93,8 +93,10 @@ def test_json_error_document(runner: CliRunner, tmp_path: Path) -> None:
     assert run.code == ExitCode.ENVIRONMENT
     document = run.json
     assert document["exit_code"] == ExitCode.ENVIRONMENT
-    assert document["error"]["kind"] == "EnvironmentProblem"
-    assert "no such environment" in document["error"]["message"]
+    (failed,) = document["results"]
+    assert (failed["target"], failed["status"]) == (f"--venv {tmp_path / 'nope'}", "error")
+    assert failed["error"]["kind"] == "EnvironmentProblem"
+    assert "no such environment" in failed["error"]["message"]
 
 
 def test_environment_variables_of_the_caller_do_not_redirect_the_probe(

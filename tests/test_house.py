@@ -68,3 +68,26 @@ def test_the_target_scripts_use_the_standard_library_only() -> None:
             top = name.split(".")[0]
             assert top != "fi_patcher", path
             assert top in target or top in sys.stdlib_module_names, (path, name)
+
+
+def test_presentation_imports_the_results_never_the_orchestration() -> None:
+    for name in ("render", "documents"):
+        assert "api" not in own(imported(MODULES[name])), name
+
+
+def test_the_facade_is_short_and_every_function_fits_one_screen() -> None:
+    assert len(MODULES["api"].read_text().splitlines()) < 300
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                length = node.end_lineno - node.lineno + 1
+                assert length <= 60, f"{name}.{node.name} is {length} lines"
+
+
+def test_no_private_imports_from_libraries() -> None:
+    """typer's own click (`typer._click`) is private: its public `TyperException` is the way."""
+    for name, path in MODULES.items():
+        for module in imported(path):
+            if not module.startswith(("fi_patcher", "__future__")):
+                assert not any(p.startswith("_") for p in module.split(".")), (name, module)

@@ -1,4 +1,4 @@
-"""Every command's --json output validates against docs/schema/output-v2.json."""
+"""Every command's --json output validates against docs/schema/output-v3.json."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.support.cli import fi_patch, patch_result
 from tests.support.releases import UNDER_COMPILE
 
 SCHEMA = json.loads(
-    (Path(__file__).resolve().parents[1] / "docs" / "schema" / "output-v2.json").read_text()
+    (Path(__file__).resolve().parents[1] / "docs" / "schema" / "output-v3.json").read_text()
 )
 
 
@@ -53,8 +53,10 @@ def test_every_command_output_validates(
     for run in documents:
         document = valid(run.json)
         assert document["exit_code"] == run.code
-    assert documents[3].json["error"]["kind"] == "RequirementUnmet"
-    assert documents[-2].json["error"]["kind"] == "EnvironmentProblem"
+    # A target that failed is one object in `results`, alone as among several.
+    assert documents[3].json["results"][0]["error"]["kind"] == "RequirementUnmet"
+    assert documents[-2].json["results"][0]["error"]["kind"] == "EnvironmentProblem"
+    assert documents[-2].json["results"][0]["target"] == f"--venv {tmp_path / 'nope'}"
     assert documents[-1].json["error"]["kind"] == "UsageError"
 
 
@@ -69,7 +71,7 @@ def test_verification_output_validates(runner: CliRunner, venv_with: MakeVenv) -
 @pytest.mark.parametrize("broken", ["state", "exit_code"])
 def test_schema_rejects_what_fi_patch_never_prints(broken: str) -> None:
     document: dict[str, Any] = {
-        "schema": 2,
+        "schema": 3,
         "command": "check",
         "fi_patch_version": "0.3.0",
         "exit_code": 0,
@@ -79,6 +81,7 @@ def test_schema_rejects_what_fi_patch_never_prints(broken: str) -> None:
                 "python": "/e/bin/python",
                 "distribution": "flashinfer-python",
                 "version": "0.7.4",
+                "status": "ok",
                 "exit_code": 0,
                 "patches": [
                     {
@@ -151,9 +154,10 @@ def test_a_bug_prints_one_json_document_saying_where_to_report_it(
     run = run_main("check", "--venv", venv, "--json", code=broken)
     assert run.returncode == 1, run.stderr
     document = valid(json.loads(run.stdout))
-    assert document["error"]["kind"] == "Internal"
-    assert "KeyError" in document["error"]["message"]
-    assert "please report it to its maintainers" in document["error"]["remedy"]
+    (failed,) = document["results"]
+    assert failed["error"]["kind"] == "Internal"
+    assert "KeyError" in failed["error"]["message"]
+    assert "please report it to its maintainers" in failed["error"]["remedy"]
     people = run_main("check", "--venv", venv, code=broken)
     assert people.returncode == 1
     assert "error: fi-patch failed: KeyError" in people.stderr

@@ -110,8 +110,11 @@ def test_the_base_copy_is_patched_only_through_the_base(
     again = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
     assert again.code == ExitCode.OK
     assert patch_result(again.json)["action"] == "already-applied"
-    nothing = fi_patch(runner, "revert", "--venv", venv)
-    assert nothing.code == ExitCode.OK and "nothing to revert" in nothing.text
+    # revert, as apply, names where the records are and how to work there.
+    shared_revert = fi_patch(runner, "revert", "--venv", venv)
+    assert shared_revert.code == ExitCode.LAYOUT, shared_revert.text
+    assert f"which belongs to the interpreter {base_python}" in shared_revert.text
+    assert f"fi-patch revert --python {base_python}" in shared_revert.text
     assert base_file.read_bytes() == expected("0.5.0").encode()
 
     assert fi_patch(runner, "revert", "--python", base_python).code == ExitCode.OK

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from fi_patcher.errors import FiPatchError, LayoutProblem, Unsupported
 from fi_patcher.model import (
     Assessment,
+    Command,
     FileRecord,
     FileState,
     Fit,
@@ -110,7 +111,7 @@ def _by_hashes(state: PatchState, unreadable: str | None) -> PatchState:
 @dataclass(frozen=True)
 class Settled:
     record: FileRecord | None
-    interrupted: str | None = None
+    interrupted: Command | None = None
     unproven: bool = False
 
 

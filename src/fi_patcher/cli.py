@@ -9,23 +9,24 @@ import sys
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
-from rich.console import Console
-from rich.text import Text
 
-# typer (0.26 and later) carries its own copy of click: its usage errors are these.
-from typer._click.exceptions import ClickException as _ClickException
-
-from fi_patcher import __version__, api, documents, render
+from fi_patcher import __version__, documents, render
 from fi_patcher.environment import PROBE_TIMEOUT
 from fi_patcher.errors import ExitCode, FiPatchError, Internal, UsageError
 from fi_patcher.model import PatchSet
 from fi_patcher.proofs import VERIFY_TIMEOUT
 from fi_patcher.registry import choose, load_patches
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fi_patcher.options import Options, Target
+    from fi_patcher.results import Result
 
 app = typer.Typer(
     name="fi-patch",
@@ -195,6 +196,8 @@ def apply_command(
     """
     as_json = _flags(quiet, verbose, as_json)
     chosen = _choose(patch, as_json)
+    from fi_patcher import api
+
     options = api.Options(
         dry_run=dry_run,
         force=force,
@@ -203,7 +206,7 @@ def apply_command(
         timeout=timeout,
         verify_timeout=verify_timeout,
     )
-    _run_targets("apply", as_json, venv, python, timeout, _acting(api.apply, chosen, options))
+    _run_targets("apply", as_json, venv, python, timeout, _acting("apply", chosen, options))
 
 
 @app.command("revert")
@@ -229,10 +232,12 @@ def revert_command(
     original with the patches that remain, and prove those."""
     as_json = _flags(quiet, verbose, as_json)
     chosen = _choose(patch, as_json)
+    from fi_patcher import api
+
     options = api.Options(
         force=force, verify=not no_verify, timeout=timeout, verify_timeout=verify_timeout
     )
-    _run_targets("revert", as_json, venv, python, timeout, _acting(api.revert, chosen, options))
+    _run_targets("revert", as_json, venv, python, timeout, _acting("revert", chosen, options))
 
 
 @app.command("check")
@@ -264,19 +269,14 @@ def check_command(
     as_json = _flags(quiet, verbose, as_json)
     chosen = _choose(patch, as_json)
 
-    def work(target: api.Target, progress: Callable[[str], None]) -> _Outcome:
-        assessment = api.check(target, chosen)
-        reports = {}
+    def work(target: Target, progress: Progress) -> Result:
+        from fi_patcher import api
+
+        checked = api.check(target, chosen)
         if verify:
             options = api.Options(timeout=timeout, verify_timeout=verify_timeout, progress=progress)
-            reports = api.verify(target, assessment, options)
-        document = documents.check_result(target, assessment, reports)
-        return _Outcome(
-            document,
-            lambda out: render.check(out, target, assessment, reports, _verbosity),
-            document["exit_code"],
-            ", ".join(f"{s.patch.id} {s.state.value}" for s in assessment.patches),
-        )
+            checked = api.verify(target, checked, options)
+        return checked
 
     _run_targets("check", as_json, venv, python, timeout, work)
 
@@ -311,7 +311,7 @@ def main() -> None:
         return
     try:
         code = app(args=arguments, standalone_mode=False)
-    except _ClickException as exc:  # an unknown option or command, a missing value
+    except typer.TyperException as exc:  # an unknown option or command, a missing value
         usage = UsageError(exc.format_message(), remedy="run fi-patch --help, or the command's")
         render.console().print_json(data=documents.error_document(usage))
         raise SystemExit(ExitCode.USAGE) from None
@@ -341,32 +341,16 @@ Spec = tuple[Path | None, Path | None]
 """One target as given: (--venv, None), (None, --python), or (None, None) for the default."""
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    """What one target's command produced: its JSON result, how to show it, its exit code."""
-
-    document: dict[str, Any]
-    render: Callable[[Console], object]
-    code: int
-    summary: str
-
-
 def _acting(
-    command: Callable[[api.Target, PatchSet, api.Options], api.Outcome],
-    chosen: PatchSet,
-    options: api.Options,
-) -> Callable[[api.Target, Progress], _Outcome]:
-    """apply or revert on one target, as an outcome to show."""
+    command: str, chosen: PatchSet, options: Options
+) -> Callable[[Target, Progress], Result]:
+    """apply or revert on one target, looked up when it runs (tests replace it)."""
 
-    def work(target: api.Target, progress: Progress) -> _Outcome:
-        result = command(target, chosen, replace(options, progress=progress))
-        document = documents.outcome_result(target, result)
-        return _Outcome(
-            document,
-            lambda out: render.outcome(out, target, result, _verbosity),
-            document["exit_code"],
-            ", ".join(f"{p.state.patch.id} {p.action}" for p in result.patches),
-        )
+    def work(target: Target, progress: Progress) -> Result:
+        from fi_patcher import api
+
+        run = api.apply if command == "apply" else api.revert
+        return run(target, chosen, replace(options, progress=progress))
 
     return work
 
@@ -377,72 +361,57 @@ def _run_targets(
     venvs: list[Path] | None,
     pythons: list[Path] | None,
     timeout: float,
-    work: Callable[[api.Target, Progress], _Outcome],
+    work: Callable[[Target, Progress], Result],
 ) -> NoReturn:
-    """Run `work` on every target given (in parallel when there are several), then report."""
+    """Run `work` on every target given (in parallel when there are several), then report: each
+    target's result, alone or among several, in one shape."""
     specs: list[Spec] = [(v, None) for v in venvs or []] + [(None, p) for p in pythons or []]
     specs = specs or [(None, None)]
 
-    def one(spec: Spec, progress: Progress) -> _Outcome:
-        return work(api.open_target(*spec, os.environ, timeout), progress)
+    def one(spec: Spec, progress: Progress) -> Result:
+        from fi_patcher.target import open_target
 
-    if len(specs) == 1:
+        return work(open_target(*spec, os.environ, timeout), progress)
 
-        def single(out: Console) -> int:
-            with render.progress(as_json, _verbosity) as progress:
-                outcome = one(specs[0], progress)
-            if as_json:
-                out.print_json(data=documents.envelope(command, [outcome.document], outcome.code))
+    def body(out: Console) -> int:
+        with render.progress(as_json, _verbosity) as progress:
+            if len(specs) == 1:
+                results = [_guarded(one, specs[0], progress)]
             else:
-                outcome.render(out)
-            return outcome.code
-
-        _run(as_json, single)
-
-    def several(out: Console) -> int:
-        with (
-            render.progress(as_json, _verbosity) as progress,
-            ThreadPoolExecutor(_workers(len(specs))) as pool,
-        ):
-            futures = [pool.submit(_guarded, one, spec, progress) for spec in specs]
-            outcomes = [future.result() for future in futures]
-        code = max(outcome.code for outcome in outcomes)
+                with ThreadPoolExecutor(_workers(len(specs))) as pool:
+                    futures = [pool.submit(_guarded, one, spec, progress) for spec in specs]
+                    results = [future.result() for future in futures]
+        code = max(int(r.exit_code) for r in results)
         if as_json:
-            results = [outcome.document for outcome in outcomes]
-            out.print_json(data=documents.envelope(command, results, code))
+            documented = [documents.result(r) for r in results]
+            out.print_json(data=documents.envelope(command, documented, code))
             return code
-        for spec, outcome in zip(specs, outcomes, strict=True):
-            out.print(Text(f"== {_spec_text(spec)}", style="bold"))
-            outcome.render(out)
-        rows = [
-            (_spec_text(spec), outcome.summary, outcome.code)
-            for spec, outcome in zip(specs, outcomes, strict=True)
-        ]
-        render.summary(out, rows)
+        for spec, result in zip(specs, results, strict=True):
+            if len(specs) > 1:
+                render.heading(out, f"== {_spec_text(spec)}")
+            render.result(out, result, _verbosity)
+        if len(specs) > 1:
+            rows = [
+                (_spec_text(s), render.summary_line(r), int(r.exit_code))
+                for s, r in zip(specs, results, strict=True)
+            ]
+            render.summary(out, rows)
         return code
 
-    _run(as_json, several)
+    _run(as_json, body)
 
 
-def _guarded(
-    one: Callable[[Spec, Progress], _Outcome],
-    spec: Spec,
-    progress: Progress,
-) -> _Outcome:
-    """One target's outcome; its error, whatever it is, becomes its outcome, so that the other
+def _guarded(one: Callable[[Spec, Progress], Result], spec: Spec, progress: Progress) -> Result:
+    """One target's result; its error, whatever it is, becomes its result, so that the other
     targets go on and their results are reported."""
+    from fi_patcher.results import Failed
+
     try:
         return one(spec, progress)
     except FiPatchError as error:
-        failure = error
+        return Failed(_spec_text(spec), error)
     except Exception as exc:  # a bug on one target must not lose the others' results
-        failure = _bug(exc)
-    return _Outcome(
-        documents.target_error(_spec_text(spec), failure),
-        lambda out: render.error(render.console(stderr=True), failure),
-        int(failure.exit_code),
-        f"error: {failure.message}",
-    )
+        return Failed(_spec_text(spec), _bug(exc))
 
 
 def _workers(count: int) -> int:
@@ -452,7 +421,9 @@ def _workers(count: int) -> int:
 
 def _spec_text(spec: Spec) -> str:
     venv, python = spec
-    return f"--venv {venv}" if venv is not None else f"--python {python}"
+    if venv is not None:
+        return f"--venv {venv}"
+    return f"--python {python}" if python is not None else "$VIRTUAL_ENV or $CONDA_PREFIX"
 
 
 def _choose(ids: list[str] | None, as_json: bool) -> PatchSet:

@@ -1,23 +1,24 @@
-"""The `--json` documents (schema 2, docs/json.md): plain dicts built from result values.
+"""The `--json` documents (schema 3, docs/json.md): plain dicts built from result values.
 
-Pure: nothing here prints, and nothing imports typer or rich.
+Pure: nothing here prints, decides or imports typer or rich; every exit code and status comes
+from the result itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from fi_patcher import __version__
-from fi_patcher.api import Outcome, PatchOutcome, Target
-from fi_patcher.errors import ExitCode, FiPatchError, exit_code_for
+from fi_patcher.errors import FiPatchError
 from fi_patcher.model import Assessment, InsertFirst, Installed, Patch, PatchState
+from fi_patcher.options import Target
 from fi_patcher.proofs import Preflight, ProofReport
 from fi_patcher.registry import span
+from fi_patcher.results import Checked, Failed, Outcome, PatchOutcome, Result
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def envelope(command: str, results: list[dict[str, Any]], code: int) -> dict[str, Any]:
@@ -48,49 +49,53 @@ def error_json(error: FiPatchError) -> dict[str, Any]:
     }
 
 
-def target_error(target: str, error: FiPatchError) -> dict[str, Any]:
-    """One target of several that failed: the others' results stand beside it."""
-    return {"target": target, "error": error_json(error), "exit_code": int(error.exit_code)}
+def result(result: Result) -> dict[str, Any]:
+    """One target's object in `results`."""
+    if isinstance(result, Failed):
+        return failed(result)
+    if isinstance(result, Checked):
+        return check_result(result)
+    return outcome_result(result)
 
 
-def check_code(state: PatchState, report: ProofReport | None) -> ExitCode:
-    """`check`'s code for one patch: 0 only where nothing needs doing."""
-    if report is not None and report.mode == "after" and not report.passed:
-        return ExitCode.VERIFY_FAILED
-    return exit_code_for(state.state, state.interrupted is not None)
+def failed(result: Failed) -> dict[str, Any]:
+    """A target the command could not work on: alone or among several, the same object."""
+    return {
+        "target": result.spec,
+        "status": result.status,
+        "exit_code": int(result.exit_code),
+        "error": error_json(result.error),
+    }
 
 
-def check_result(
-    target: Target, assessment: Assessment, reports: Mapping[str, ProofReport]
-) -> dict[str, Any]:
+def check_result(checked: Checked) -> dict[str, Any]:
+    assessment = checked.assessment
     patches = []
     for state in assessment.patches:
-        report = reports.get(state.patch.id)
+        report = checked.reports.get(state.patch.id)
         document = {
             **_patch_state(state, assessment.installed),
-            "exit_code": int(check_code(state, report)),
+            "exit_code": int(checked.code_of(state)),
         }
         if report is not None:
             document["verification"] = proof_json(report)
         patches.append(document)
-    code = max((p["exit_code"] for p in patches), default=ExitCode.OK)
     instead = assessment.imported_instead
-    if instead is not None:
-        # The copy a server would import is one fi-patch does not manage: never all clear.
-        code = max(code, ExitCode.LAYOUT)
     return {
-        **_target(target, assessment),
-        "exit_code": int(code),
+        **_target(checked.target, assessment),
+        "status": checked.status,
+        "exit_code": int(checked.exit_code),
         "patches": patches,
         "warnings": list(assessment.warnings),
     } | ({"imported_instead": {"path": str(instead.path), "via": instead.via}} if instead else {})
 
 
-def outcome_result(target: Target, outcome: Outcome) -> dict[str, Any]:
+def outcome_result(outcome: Outcome) -> dict[str, Any]:
     """An apply or revert on one target."""
     document = {
-        **_target(target, outcome.assessment),
-        "exit_code": int(outcome.failure.exit_code if outcome.failure else ExitCode.OK),
+        **_target(outcome.target, outcome.assessment),
+        "status": outcome.status,
+        "exit_code": int(outcome.exit_code),
         "patches": [_patch_outcome(p, outcome.assessment.installed) for p in outcome.patches],
         "files": [
             {

@@ -17,7 +17,8 @@ class ExitCode(enum.IntEnum):
     OK = 0
     """Done: applied, already applied, reverted, nothing to do, or every target is fine."""
     INTERNAL = 1
-    """A bug in fi-patch: please report it with the traceback."""
+    """A bug in fi-patch: reported as one (where to report it, and its last frames), never as a
+    traceback."""
     USAGE = 2
     """Bad command-line usage (also Typer's own code for it)."""
     NEEDS_APPLY = 3

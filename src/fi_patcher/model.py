@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from packaging.specifiers import SpecifierSet
 
@@ -21,6 +22,14 @@ class State(enum.StrEnum):
     WIPED = "wiped"
     HAND_PATCHED = "hand-patched"
     DRIFTED = "drifted"
+
+
+Condition = Literal["original", "patched", "hand-patched", "drifted", "absent", "unrecorded"]
+"""What one target file is (`FileState.condition`)."""
+Command = Literal["apply", "revert"]
+"""A command that writes: what a journal entry or a lock holder names."""
+Mode = Literal["before", "after"]
+"""A proof run on the unpatched code (a report) or on the patched code (the gate)."""
 
 
 # --- the registry -------------------------------------------------------------------------------
@@ -253,8 +262,7 @@ class PatchRecord:
 class Pending:
     """A write fi-patch started: the journal that lets the next command finish or undo it."""
 
-    action: str
-    """apply or revert."""
+    action: Command
     patches: tuple[PatchRecord, ...]
     """The patches the file holds once the write is done."""
     sha256: str
@@ -319,7 +327,7 @@ class FileState:
 
     relpath: str
     path: Path
-    condition: str
+    condition: Condition
     """original, patched, hand-patched (the usual fix made by hand over the original) or
     drifted; absent or unrecorded (not in RECORD) for a broken install or a release outside
     every range."""
@@ -327,8 +335,8 @@ class FileState:
     sha256: str | None = None
     record: FileRecord | None = None
     """The manifest's record of the file, with any interrupted write settled."""
-    interrupted: str | None = None
-    """apply or revert, when fi-patch was killed during one; the next command finishes it."""
+    interrupted: Command | None = None
+    """When fi-patch was killed during one; the next command finishes it."""
     unproven: bool = False
     """The file holds bytes an interrupted apply wrote but never proved."""
     busy: Holder | None = None
@@ -362,7 +370,7 @@ class PatchState:
     file: FileState | None = None
 
     @property
-    def interrupted(self) -> str | None:
+    def interrupted(self) -> Command | None:
         return self.file.interrupted if self.file is not None else None
 
 

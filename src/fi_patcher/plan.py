@@ -1,17 +1,27 @@
 """What apply and revert will do, decided from an assessment: pure, no I/O.
 
 A file's expected bytes are its original with the patches it holds applied in registry order, so
-a plan names, per file, the patches it will hold; `api` composes the text, writes and proves it.
+a plan names, per file, the patches it will hold; `changes` composes the text, and `protocol`
+writes and proves it. Every refusal is raised here, before the first write.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
 
-from fi_patcher.errors import Drifted, FiPatchError, RequirementUnmet, Unsupported
+from fi_patcher.errors import (
+    Drifted,
+    FiPatchError,
+    LayoutProblem,
+    RequirementUnmet,
+    Unsupported,
+)
 from fi_patcher.model import (
     Assessment,
+    FileRecord,
     FileState,
     Installed,
     Patch,
@@ -22,15 +32,20 @@ from fi_patcher.model import (
 )
 from fi_patcher.registry import known, load_patches, located, required_at
 
+StepAction = Literal["add", "finish", "already-applied", "not-applicable", "left-out"]
+"""finish: prove and record the bytes an interrupted run left."""
+RevertAction = Literal["clear-record", "keep", "rebuild", "restore"]
+"""clear-record: the file is already FlashInfer's (or another release's) original; keep: none
+of the chosen patches is in it; rebuild: from its original with the patches that remain;
+restore: its original bytes."""
+
 
 @dataclass(frozen=True)
 class Step:
     """What apply does with one chosen patch."""
 
     patch: Patch
-    action: str
-    """add, finish (prove and record bytes an interrupted run left), already-applied,
-    not-applicable or left-out."""
+    action: StepAction
     reason: str = ""
     forced: bool = False
 
@@ -79,9 +94,7 @@ def plan_apply(
         _step(state, installed, force, (left_out or {}).get(state.patch.id))
         for state in assessment.patches
     ]
-    refusals = [s for s in steps if isinstance(s, FiPatchError)]
-    if refusals:
-        raise max(refusals, key=lambda e: e.exit_code)
+    _refuse([s for s in steps if isinstance(s, FiPatchError)])
     planned = _requirements([s for s in steps if isinstance(s, Step)], assessment, chosen)
     return ApplyPlan(
         tuple(planned),
@@ -179,3 +192,144 @@ def refusal(state: PatchState, installed: Installed) -> FiPatchError:
         f"--force-reinstall --no-deps {installed.name}=={installed.version}), then apply again",
         details=tuple(details),
     )
+
+
+def _refuse(refusals: Sequence[FiPatchError]) -> None:
+    """Raise the gravest refusal, the others named in its details."""
+    if not refusals:
+        return
+    first = max(refusals, key=lambda e: e.exit_code)
+    others = [f"also refused: {e.message}" for e in refusals if e is not first]
+    if others:
+        first.details = (*first.details, *others)
+    raise first
+
+
+# --- revert -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RevertFile:
+    """What revert does with one file fi-patch has a record of."""
+
+    record: FileRecord
+    """The manifest's record, as read."""
+    path: Path
+    action: RevertAction
+    message: str = ""
+    settled: FileRecord | None = None
+    """The record once an interrupted write is accounted for (rebuild and restore)."""
+    state: FileState | None = None
+    removing: tuple[str, ...] = ()
+    remaining: tuple[Patch, ...] = ()
+
+    @property
+    def writes(self) -> bool:
+        return self.action in ("rebuild", "restore")
+
+
+@dataclass(frozen=True)
+class RevertPlan:
+    files: tuple[RevertFile, ...]
+
+    @property
+    def removed(self) -> dict[str, RevertFile]:
+        """The file each patch is taken out of, or cleared from, by patch id."""
+        found: dict[str, RevertFile] = {}
+        for file in self.files:
+            ids = file.removing if file.writes else file.record.ids
+            if file.action != "keep":
+                found.update(dict.fromkeys(ids, file))
+        return found
+
+
+def plan_revert(
+    assessment: Assessment,
+    records: Mapping[str, FileRecord],
+    paths: Mapping[str, Path],
+    sources: Mapping[str, bytes | None],
+    chosen: PatchSet,
+    *,
+    force: bool,
+) -> RevertPlan:
+    """What revert does with every recorded file. Refuses (raises) before any write when a
+    file to change is missing or changed since fi-patch wrote it (without --force), or when a
+    patch that stays requires one taken out."""
+    files = [
+        _revert_file(assessment, records[relpath], paths[relpath], chosen)
+        for relpath in sorted(records)
+    ]
+    refusals = [
+        refused
+        for file in files
+        if file.writes
+        for refused in _revert_refusals(file, sources.get(file.record.relpath), force)
+    ]
+    _refuse(refusals)
+    return RevertPlan(tuple(files))
+
+
+def _revert_file(
+    assessment: Assessment, record: FileRecord, path: Path, chosen: PatchSet
+) -> RevertFile:
+    installed = assessment.installed
+    state = assessment.files.get(record.relpath)
+    if installed is None or installed.version != record.version or state is None:
+        now = installed.version if installed else "nothing (it was uninstalled)"
+        message = (
+            f"{record.dist} {record.version} was replaced by {now} since fi-patch patched it; "
+            "nothing to restore, the record is cleared"
+        )
+        return RevertFile(record, path, "clear-record", message)
+    settled = state.record
+    if settled is None or state.condition == "original":
+        why = {
+            "apply": "an interrupted fi-patch apply left them",
+            "revert": "an interrupted fi-patch revert put them back",
+        }.get(state.interrupted or "", "a reinstall put them back")
+        message = f"already the original bytes ({why}); the record is cleared"
+        return RevertFile(record, path, "clear-record", message)
+    removing = tuple(i for i in settled.ids if not chosen.explicit or i in chosen.ids)
+    if not removing:
+        return RevertFile(record, path, "keep", settled=settled, state=state)
+    remaining = tuple(
+        located(p, installed.version)
+        for p in load_patches()
+        if p.id in settled.ids and p.id not in removing
+    )
+    action: RevertAction = "rebuild" if remaining else "restore"
+    return RevertFile(record, path, action, "", settled, state, removing, remaining)
+
+
+def _revert_refusals(file: RevertFile, current: bytes | None, force: bool) -> list[FiPatchError]:
+    state, settled = file.state, file.settled
+    assert state is not None and settled is not None
+    refusals: list[FiPatchError] = []
+    if current is None and not force:
+        refusals.append(
+            LayoutProblem(
+                f"{state.path} is missing",
+                remedy="reinstall FlashInfer, or pass --force to restore fi-patch's backup there",
+            )
+        )
+    elif state.condition != "patched" and not force:
+        refusals.append(
+            Drifted(
+                f"{state.path} changed since fi-patch wrote it (sha256 "
+                f"{(state.sha256 or 'missing')[:12]}…, fi-patch wrote {settled.sha256[:12]}…); "
+                "nothing was reverted",
+                remedy="look at the file; `fi-patch revert --force` restores the original "
+                "bytes anyway, overwriting whatever is there now",
+            )
+        )
+    version = settled.version
+    for patch in file.remaining:
+        needed = [r for r in required_at(patch, version) if r in file.removing]
+        if needed:
+            refusals.append(
+                RequirementUnmet(
+                    f"{patch.id} requires {', '.join(needed)}, which would be taken out",
+                    remedy=f"revert {patch.id} too: add --patch {patch.id}",
+                )
+            )
+    return refusals

@@ -7,20 +7,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from rich.console import Console
-from rich.progress import Progress as RichProgress
-from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from fi_patcher.api import Outcome, PatchOutcome, Target
 from fi_patcher.errors import FiPatchError
 from fi_patcher.model import Assessment, Patch
+from fi_patcher.options import Target
 from fi_patcher.proofs import ProofReport
 from fi_patcher.registry import requirement_text, span
+from fi_patcher.results import Checked, Failed, Outcome, PatchOutcome, Result
 
 
 @dataclass
@@ -62,13 +62,8 @@ _STATE_STYLE = {
 }
 
 
-def check(
-    out: Console,
-    target: Target,
-    assessment: Assessment,
-    reports: Mapping[str, ProofReport],
-    verbosity: Verbosity,
-) -> None:
+def check(out: Console, checked: Checked, verbosity: Verbosity) -> None:
+    target, assessment, reports = checked.target, checked.assessment, checked.reports
     for warning in assessment.warnings:
         console(stderr=True).print(Text("warning: " + warning, style="bold yellow"))
     if verbosity.quiet:
@@ -82,7 +77,7 @@ def check(
     table.add_column("patch", no_wrap=True)
     table.add_column("shape", no_wrap=True)
     table.add_column("state", no_wrap=True)
-    table.add_column("file", overflow="fold")
+    table.add_column("file", no_wrap=True)
     for state in assessment.patches:
         table.add_row(
             state.patch.id,
@@ -90,7 +85,7 @@ def check(
             Text(state.state.value, style=_STATE_STYLE[state.state.value]),
             state.patch.target,
         )
-    out.print(table)
+    _unbroken(out, table)
     for state in assessment.patches:
         out.print(Text(f"{state.patch.id}: {state.reason}", style="dim"))
         report = reports.get(state.patch.id)
@@ -111,11 +106,11 @@ def proof(out: Console, label: str, report: ProofReport, *, details: bool = True
             out.print(Text("  " + line, style="dim"))
 
 
-def outcome(out: Console, target: Target, result: Outcome, verbosity: Verbosity) -> None:
-    """An apply or a revert on one target."""
+def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
+    """An apply or a revert on one target: what it did, even where it ended in an error."""
     err = console(stderr=True)
     if not verbosity.quiet:
-        environment(out, target, result.assessment)
+        environment(out, result.target, result.assessment)
         if result.preflight is not None:
             out.print(f"pre-flight: {result.preflight.describe()}")
     for warning in result.warnings:
@@ -137,6 +132,8 @@ def outcome(out: Console, target: Target, result: Outcome, verbosity: Verbosity)
     for file in result.files:
         if file.backup is not None and not verbosity.quiet:
             out.print(f"{file.relpath}: original bytes kept in {file.backup}")
+        if file.action == "stranded":
+            out.print(Text(f"{file.path}: {file.message}", style="bold red"))
     if result.running:
         err.print(
             Text(
@@ -214,10 +211,35 @@ def catalog(out: Console, patches: Sequence[Patch]) -> None:
         out.print("")
 
 
+def result(out: Console, result: Result, verbosity: Verbosity) -> None:
+    """One target's result, whatever the command."""
+    if isinstance(result, Failed):
+        error(console(stderr=True), result.error)
+    elif isinstance(result, Checked):
+        check(out, result, verbosity)
+    else:
+        outcome(out, result, verbosity)
+
+
+def summary_line(result: Result) -> str:
+    """One target's result in a few words, for the summary of several."""
+    if isinstance(result, Failed):
+        return f"error: {result.error.message}"
+    if isinstance(result, Checked):
+        return ", ".join(f"{s.patch.id} {s.state.value}" for s in result.assessment.patches)
+    return ", ".join(f"{p.state.patch.id} {p.action}" for p in result.patches)
+
+
+def heading(out: Console, text: str) -> None:
+    out.print(Text(text, style="bold"))
+
+
 def summary(out: Console, rows: Sequence[tuple[str, str, int]]) -> None:
     table = Table(title="summary", title_justify="left", box=None, pad_edge=False)
-    for column in ("target", "result", "exit"):
-        table.add_column(column, overflow="fold")
+    # The targets are paths, never broken; the results wrap between words.
+    table.add_column("target", no_wrap=True, min_width=max(len(row[0]) for row in rows))
+    table.add_column("result", overflow="fold")
+    table.add_column("exit", no_wrap=True)
     for target, result, code in rows:
         style = "green" if code == 0 else "bold red"
         table.add_row(target, result, Text(str(code), style=style))
@@ -236,7 +258,23 @@ def progress(as_json: bool, verbosity: Verbosity) -> Iterator[Callable[[str], No
     if as_json or verbosity.quiet or not err.is_terminal:
         yield lambda message: None
         return
+    # Imported here: only a person watching a terminal sees it, and it costs every start.
+    from rich.progress import Progress as RichProgress
+    from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with RichProgress(*columns, console=err, transient=True) as bar:
         task = bar.add_task("starting")
         yield lambda message: bar.update(task, description=message)
+
+
+def _unbroken(out: Console, table: Table) -> None:
+    """Print `table` no narrower than its content, so that no path is broken over two lines, in
+    a terminal or in a log (which rich takes as 80 columns wide)."""
+    natural = Measurement.get(out, out.options.update(width=10_000), table).maximum
+    width = out.width
+    out.width = max(width, natural)
+    try:
+        out.print(table)
+    finally:
+        out.width = width

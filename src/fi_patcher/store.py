@@ -4,8 +4,8 @@ The store is `<prefix>/.fi-patch/`: `manifest.json` (one record per file fi-patc
 `backups/<sha256>.py` (original bytes, and the bytes a running write replaces, named by their
 hash) and `lock`. It lies outside site-packages, so a reinstall of FlashInfer leaves it alone.
 
-Every write of a target file is a `Transaction`: it records each step it takes (backup, journal
-entry, replace, bytecode) and `undo` reverses exactly those.
+Every write of a target file is a `Transaction`: it records the steps `undo` must reverse (the
+journal entry, the replace) and the backups it created.
 """
 
 from __future__ import annotations
@@ -292,8 +292,8 @@ class Change:
 
 
 class Transaction:
-    """One file's write: backup, journal entry, replace, bytecode. Each step taken is recorded,
-    and `undo` reverses exactly those; an error after the replace keeps the backups."""
+    """One file's write: backup, journal entry, replace, bytecode. The steps `undo` reverses are
+    recorded as they are taken; an error after the replace keeps the backups."""
 
     def __init__(self, journal: Journal, change: Change) -> None:
         self.journal = journal
@@ -310,12 +310,10 @@ class Transaction:
                 name, new = self.journal.store.put_backup(data)
                 if new:
                     self.created.append(name)
-        self.steps.append("backup")
         self.journal.put(change.relpath, change.staged)
         self.steps.append("journal")
         atomic_write(change.path, change.after, mode=mode, replaced=self._replaced)
         clear_bytecode(change.path)
-        self.steps.append("bytecode")
 
     def _replaced(self) -> None:
         self.steps.append("replace")
@@ -339,6 +337,7 @@ class Transaction:
                 if not put_back:
                     raise self._stranded(exc) from exc
                 # The old bytes are back; only the folder's sync failed, as it did before.
+            self.steps.remove("replace")
             clear_bytecode(change.path)
         if "journal" in self.steps:
             self.journal.put(change.relpath, self.previous)
@@ -503,7 +502,7 @@ def _fsync_folder(folder: Path) -> None:
 
 def _remedy(exc: OSError) -> str:
     if exc.errno == errno.ENOSPC:
-        return "free some disk space, then run the command again; nothing was changed"
+        return "free some disk space, then run the command again"
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return "run fi-patch as the user who owns the environment (or make it writable)"
     return "fix the cause above, then run the command again"

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from fi_patcher.errors import ExitCode
 from tests.support.cli import Run
@@ -18,6 +20,16 @@ from tests.support.venvs import written_files
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def records(venv: Path) -> list[dict[str, Any]]:
+    """fi-patch's records in `venv`'s manifest."""
+    manifest = venv / ".fi-patch" / "manifest.json"
+    if not manifest.exists():
+        return []
+    found = json.loads(manifest.read_text())["files"]
+    assert isinstance(found, list)
+    return found
 
 
 def expect(run: Run, code: ExitCode, *phrases: str) -> None:
@@ -194,4 +206,68 @@ def stale_temporaries(venv: Path) -> list[Path]:
     """Temporary files fi-patch left beside any file it writes."""
     return sorted(
         t for p in written_files(venv) for t in p.parent.glob(f".{p.name}.*.fi-patch-tmp")
+    )
+
+
+# Runs fi-patch's real CLI in a child process that, once it holds the lock and has made its
+# plan, waits for the file `go` to exist before it writes: another fi-patch at work.
+PAUSED = r"""
+import sys, time
+from pathlib import Path
+from fi_patcher import protocol
+go, arguments = Path(sys.argv[1]), sys.argv[2:]
+run = protocol.Protocol.run
+def paused(self, *args, **kwargs):
+    while not go.exists():
+        time.sleep(0.05)
+    return run(self, *args, **kwargs)
+protocol.Protocol.run = paused
+sys.argv = ["fi-patch", *arguments]
+from fi_patcher.cli import main
+main()
+"""
+
+# Runs fi-patch's real CLI in a child process whose proofs after the write never finish, and
+# which, before it says so, bind-mounts `folder` read-only (the real mount of a sick disk):
+# putting back the file there fails, and every other file must still be put back.
+STUCK = r"""
+import subprocess, sys
+from fi_patcher import protocol
+from fi_patcher.errors import EnvironmentProblem
+folder, arguments = sys.argv[1], sys.argv[2:]
+prove = protocol.prove
+def stuck(python, requests, timeout):
+    if requests and requests[0].mode == "before":
+        return prove(python, requests, timeout)
+    subprocess.run(["mount", "--bind", folder, folder], check=True)
+    subprocess.run(["mount", "-o", "remount,bind,ro", folder, folder], check=True)
+    raise EnvironmentProblem("the proofs did not finish within 1 s")
+protocol.prove = stuck
+sys.argv = ["fi-patch", *arguments]
+from fi_patcher.cli import main
+main()
+"""
+
+
+def paused(go: Path, *arguments: str | Path) -> subprocess.Popen[str]:
+    return _started(PAUSED, go, *arguments)
+
+
+def stuck(folder: Path, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    return _child(STUCK, folder, *arguments)
+
+
+def started(*arguments: str | Path) -> subprocess.Popen[str]:
+    """fi-patch's real CLI, started and left running."""
+    return _started(
+        "import sys; sys.argv[0] = 'fi-patch'\nfrom fi_patcher.cli import main\nmain()", *arguments
+    )
+
+
+def _started(script: str, *arguments: str | Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *map(str, arguments)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )

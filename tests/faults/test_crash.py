@@ -9,17 +9,15 @@ the state the interrupted one was heading for.
 from __future__ import annotations
 
 import hashlib
-import json
 import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
-from tests.faults.support import faulty, killed, sha256, stale_temporaries
+from tests.faults.support import faulty, killed, records, sha256, stale_temporaries
 from tests.support.cli import fi_patch, patch_result, state_of, states_of
 from tests.support.deps import fake_torch, use
 from tests.support.expected import expected
@@ -52,15 +50,6 @@ REVERT_STEPS = {
     "after-replace": (ORIGINAL, "pristine", ExitCode.NEEDS_APPLY),
     "after-manifest-2": (ORIGINAL, "pristine", ExitCode.NEEDS_APPLY),
 }
-
-
-def records(venv: Path) -> list[dict[str, Any]]:
-    manifest = venv / ".fi-patch" / "manifest.json"
-    if not manifest.exists():
-        return []
-    found = json.loads(manifest.read_text())["files"]
-    assert isinstance(found, list)
-    return found
 
 
 @pytest.mark.parametrize("step", APPLY_STEPS)

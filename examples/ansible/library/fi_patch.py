@@ -73,9 +73,9 @@ def main() -> None:
         document = json.loads(out)
     except ValueError:
         module.fail_json(msg=f"fi-patch printed no JSON (exit {rc})", rc=rc, stdout=out, stderr=err)
-    error = document.get("error")
-    results = document.get("results") or [{}]
-    error = error or results[0].get("error")
+    # A usage error or a bug has no results; a target that failed is its one result.
+    results = document.get("results") or [document]
+    error = results[0].get("error")
     if rc != 0 or error:
         message = error["message"] if error else f"exit {rc}"
         remedy = f" Fix: {error['remedy']}" if error and error.get("remedy") else ""

@@ -1,0 +1,45 @@
+"""The value types every command shares: the target it works on, and how it was asked to work.
+
+They sit below the orchestration (`api`), the write protocol and the results, which all need
+them, so that none of those imports another for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fi_patcher.environment import PROBE_TIMEOUT
+from fi_patcher.model import Interpreter
+from fi_patcher.proofs import VERIFY_TIMEOUT
+
+
+@dataclass(frozen=True)
+class Target:
+    interpreter: Interpreter
+    chosen_by: str
+
+
+def quiet(message: str) -> None:
+    """The default progress callback: say nothing."""
+
+
+@dataclass(frozen=True)
+class Options:
+    dry_run: bool = False
+    force: bool = False
+    """apply: patch an unknown version where a function matches a known shape structurally;
+    revert: overwrite a file that changed since fi-patch wrote it."""
+    verify: bool = True
+    allow_mismatch: bool = False
+    timeout: float = PROBE_TIMEOUT
+    """For the probe, the pre-flight and the compile check."""
+    verify_timeout: float = VERIFY_TIMEOUT
+    """For the one process that runs every proof (it imports torch and FlashInfer)."""
+    progress: Callable[[str], None] = quiet
+
+    @property
+    def lock_wait(self) -> float:
+        """As long as another fi-patch may hold the lock: its probe, pre-flight and compile
+        check, and two proof processes (before and after)."""
+        return 2 * self.verify_timeout + 3 * self.timeout + 60

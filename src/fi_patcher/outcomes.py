@@ -1,0 +1,164 @@
+"""From a plan and what the write protocol did, the result of apply or revert: what happened to
+each patch and each file. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from fi_patcher.changes import diff
+from fi_patcher.model import PatchSet, PatchState
+from fi_patcher.options import Target
+from fi_patcher.plan import ApplyPlan, FilePlan, RevertFile, RevertPlan, Step, StepAction
+from fi_patcher.proofs import Preflight
+from fi_patcher.protocol import Done, Settlement, Write
+from fi_patcher.results import FileOutcome, Outcome, PatchAction, PatchOutcome
+from fi_patcher.target import Inspection
+
+_ACTION: Mapping[StepAction, PatchAction] = {
+    "add": "applied",
+    "finish": "finished",
+    "already-applied": "already-applied",
+    "not-applicable": "not-applicable",
+    "left-out": "left-out",
+}
+
+
+def dry_run(plan: ApplyPlan, writes: Sequence[Write]) -> tuple[FileOutcome, ...]:
+    """The writes apply would make, as diffs: the same changes, none of them written."""
+    return tuple(
+        FileOutcome(
+            w.change.relpath,
+            w.change.path,
+            "would-write",
+            tuple(p.id for p in f.patches),
+            diff=diff(w.change),
+        )
+        for f, w in zip(plan.files, writes, strict=True)
+        if f.writes
+    )
+
+
+def applied(
+    target: Target,
+    inspection: Inspection,
+    plan: ApplyPlan,
+    files: tuple[FileOutcome, ...] = (),
+    facts: Preflight | None = None,
+    warnings: tuple[str, ...] = (),
+    *,
+    done: Done | None = None,
+    writes: Sequence[Write] = (),
+) -> Outcome:
+    if done is not None:
+        files = tuple(
+            _applied_file(inspection, file, write, done.settled[file.state.relpath])
+            for file, write in zip(plan.files, writes, strict=True)
+            if file.state.relpath in done.settled
+        )
+    failed = done is not None and done.failure is not None
+    by_file = {f.relpath: f for f in files}
+    states = {s.patch.id: s for s in inspection.assessment.patches}
+    patches = tuple(
+        _applied_patch(states[step.patch.id], step, by_file.get(step.patch.target), failed, done)
+        for step in plan.steps
+    )
+    failure = done.failure if done is not None else None
+    return Outcome(target, inspection.assessment, patches, files, facts, warnings, failure)
+
+
+def _applied_file(
+    inspection: Inspection, file: FilePlan, write: Write, settlement: Settlement
+) -> FileOutcome:
+    state = file.state
+    holds = tuple(p.id for p in file.patches)
+    if settlement in ("rolled-back", "restored"):
+        held = state.applied if file.writes else ()
+        return FileOutcome(state.relpath, state.path, "rolled-back", held)
+    if settlement == "stranded":
+        return FileOutcome(state.relpath, state.path, "stranded", holds, _STRANDED)
+    if not file.writes:
+        return FileOutcome(state.relpath, state.path, "finished", holds)
+    committed = write.change.committed
+    assert committed is not None
+    backup = inspection.store.backups / committed.backup
+    return FileOutcome(
+        state.relpath, state.path, "written", holds, diff=diff(write.change), backup=backup
+    )
+
+
+_STRANDED = "fi-patch's new bytes stay, unproven: the write could not be undone (see the error)"
+
+
+def _applied_patch(
+    state: PatchState, step: Step, file: FileOutcome | None, failed: bool, done: Done | None
+) -> PatchOutcome:
+    action: PatchAction = _ACTION[step.action]
+    if file is not None and file.action == "would-write" and step.action == "add":
+        action = "would-apply"
+    writing = step.action in ("add", "finish")
+    if writing and (
+        (file is None and failed) or (file is not None and file.action == "rolled-back")
+    ):
+        action = "rolled-back"
+    message = step.reason if action == "left-out" else ""
+    before = done.before.get(step.patch.id) if done else None
+    after = done.after.get(step.patch.id) if done else None
+    return PatchOutcome(state, action, message, before, after)
+
+
+def reverted(
+    target: Target,
+    inspection: Inspection,
+    chosen: PatchSet,
+    nothing: str = "",
+    *,
+    plan: RevertPlan | None = None,
+    done: Done | None = None,
+) -> Outcome:
+    files = tuple(
+        outcome
+        for file in (plan.files if plan else ())
+        if (outcome := _reverted_file(file, done)) is not None
+    )
+    by_file = {f.relpath: f for f in files}
+    removed = plan.removed if plan else {}
+    patches = []
+    for state in inspection.assessment.patches:
+        ident = state.patch.id
+        if ident not in chosen.ids:
+            continue
+        after = done.after.get(ident) if done else None
+        mine = removed.get(ident)
+        out = by_file.get(mine.record.relpath) if mine else None
+        held = by_file.get(state.patch.target)
+        if out is not None and out.action in ("reverted", "cleared-record"):
+            patches.append(PatchOutcome(state, out.action, out.message, after=after))
+        elif held is not None and held.action == "rolled-back" and ident in held.holds:
+            patches.append(PatchOutcome(state, "rolled-back", after=after))
+        else:
+            message = nothing or f"nothing to revert: {ident} is not applied here"
+            patches.append(PatchOutcome(state, "nothing-to-revert", message))
+    failure = done.failure if done is not None else None
+    return Outcome(target, inspection.assessment, tuple(patches), files, failure=failure)
+
+
+def _reverted_file(file: RevertFile, done: Done | None) -> FileOutcome | None:
+    relpath, path = file.record.relpath, file.path
+    if file.action == "clear-record":
+        return FileOutcome(relpath, path, "cleared-record", (), file.message)
+    settlement = done.settled.get(relpath) if done and file.writes else None
+    remaining = tuple(p.id for p in file.remaining)
+    if settlement == "committed":
+        message = (
+            f"rebuilt {path} from its original with {', '.join(remaining)}"
+            if remaining
+            else f"restored the original bytes of {path}"
+        )
+        return FileOutcome(relpath, path, "reverted", remaining, message)
+    if settlement == "rolled-back":
+        assert file.settled is not None
+        return FileOutcome(relpath, path, "rolled-back", file.settled.ids)
+    if settlement == "stranded":
+        return FileOutcome(relpath, path, "stranded", remaining, _STRANDED)
+    return None

@@ -1,0 +1,248 @@
+"""The one write protocol, for apply and revert alike: compile-check what will be written, prove
+before (a report), write every file, prove after (the gate), then settle each file: commit it, or
+undo it. Every write is a store `Transaction`; a failure undoes every file, and the error names
+what each one holds afterwards. Runs under the environment's lock, after every refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from fi_patcher.environment import compile_check
+from fi_patcher.errors import FiPatchError, VerificationFailed, WriteFailed
+from fi_patcher.model import Command, Interpreter, Patch
+from fi_patcher.options import Options
+from fi_patcher.proofs import ProofReport, ProofRequest, prove
+from fi_patcher.store import Change, Journal, Transaction
+
+Settlement = Literal["committed", "rolled-back", "restored", "stranded"]
+"""committed: the new bytes stay, recorded as proven; rolled-back: the bytes before the command
+are back; restored: an interrupted run's unproven bytes were replaced by the original;
+stranded: the new bytes stay and could not be undone (the journal and backup say so)."""
+
+
+@dataclass(frozen=True)
+class Write:
+    """One file for the protocol: its change, the patches whose proofs gate it, and, for bytes
+    an interrupted run left (nothing to write, only to prove), the original to put back if
+    they fail."""
+
+    change: Change
+    proven: tuple[Patch, ...]
+    restore: Change | None = None
+
+    @property
+    def writes(self) -> bool:
+        # An adopted file may already hold fi-patch's bytes: its original must still be kept.
+        change = self.change
+        return change.before != change.after or change.original is not None
+
+
+@dataclass(frozen=True)
+class Done:
+    """What the protocol did: each file's settlement, the proofs, and what stopped it."""
+
+    settled: Mapping[str, Settlement] = field(default_factory=dict)
+    before: Mapping[str, ProofReport] = field(default_factory=dict)
+    after: Mapping[str, ProofReport] = field(default_factory=dict)
+    failure: FiPatchError | None = None
+
+
+@dataclass(frozen=True)
+class Protocol:
+    interpreter: Interpreter
+    journal: Journal
+    options: Options
+    command: Command
+
+    def run(
+        self, writes: Sequence[Write], before: Sequence[ProofRequest], failed: str = ""
+    ) -> Done:
+        """Write and prove `writes`, reporting `before` first. `failed` opens the message of a
+        failed proof (`after taking out …, `)."""
+        for write in writes:
+            if write.writes:
+                change = write.change
+                compile_check(
+                    self.interpreter.python, change.after, str(change.path), self.options.timeout
+                )
+        reports = self._before(before)
+        transactions: dict[str, Transaction] = {}
+        try:
+            for write in writes:
+                if write.writes:
+                    transaction = Transaction(self.journal, write.change)
+                    transactions[write.change.relpath] = transaction
+                    transaction.write()
+        except FiPatchError as error:
+            return self._undone(transactions, error, reports)
+        except BaseException:
+            self._undo(transactions)
+            raise
+        after = self._after(writes, transactions)
+        if isinstance(after, Done):
+            return after
+        return self._settle(writes, transactions, after, reports, failed)
+
+    def _before(self, requests: Sequence[ProofRequest]) -> dict[str, ProofReport]:
+        """The proofs before writing are a report, not a gate: what proves the patch is after."""
+        if not (self.options.verify and requests):
+            return {}
+        self.options.progress("proving the unpatched code in the target (importing torch)")
+        try:
+            return prove(self.interpreter.python, requests, self.options.verify_timeout)
+        except FiPatchError as error:
+            return {
+                r.patch.id: ProofReport(
+                    r.patch.id, "before", False, f"did not finish: {error.message}", error.details
+                )
+                for r in requests
+            }
+
+    def _after(
+        self, writes: Sequence[Write], transactions: Mapping[str, Transaction]
+    ) -> dict[str, ProofReport] | Done:
+        """Every patch of every file, in one process; a proof that cannot run at all puts every
+        file back."""
+        requests = [ProofRequest(p, "after", w.change.path) for w in writes for p in w.proven]
+        if not (self.options.verify and requests):
+            return {}
+        self.options.progress("proving the patched code in a fresh process of the target")
+        try:
+            reports = prove(self.interpreter.python, requests, self.options.verify_timeout)
+        except FiPatchError as error:
+            paths = ", ".join(str(w.change.path) for w in writes)
+            failure = VerificationFailed(
+                f"the proofs did not finish: {error.message}; rolled back: {paths} are as they "
+                "were before",
+                remedy=error.remedy,
+                details=error.details,
+            )
+            return self._undone(transactions, failure)
+        except BaseException:  # an interrupt: never leave an unproven patch
+            self._undo(transactions)
+            raise
+        silent = ProofReport("", "after", False, "fails: the proof process gave no answer for it")
+        return {
+            r.patch.id: reports.get(r.patch.id, replace(silent, patch=r.patch.id)) for r in requests
+        }
+
+    def _settle(
+        self,
+        writes: Sequence[Write],
+        transactions: Mapping[str, Transaction],
+        after: Mapping[str, ProofReport],
+        before: Mapping[str, ProofReport],
+        failed: str,
+    ) -> Done:
+        """Commit each file whose proofs passed, put back each other one."""
+        settled: dict[str, Settlement] = {}
+        problems: list[str] = []
+        for write in writes:
+            relpath = write.change.relpath
+            green = all(after[p.id].passed for p in write.proven if p.id in after)
+            try:
+                settled[relpath] = self._one(write, transactions.get(relpath), green)
+            except FiPatchError as error:
+                settled[relpath] = "stranded"
+                problems.append(f"{write.change.path}: {error.message}")
+        red = [r for r in after.values() if not r.passed]
+        failure: FiPatchError | None = self._red(writes, settled, red, failed) if red else None
+        if problems:
+            failure = WriteFailed(
+                "; ".join(problems),
+                remedy="fix the cause, then run the command again: fi-patch's journal and "
+                f"backups in {self.journal.store.root} let it finish or undo the write",
+                details=failure.details if failure else (),
+            )
+        return Done(settled, before, after, failure)
+
+    def _one(self, write: Write, transaction: Transaction | None, green: bool) -> Settlement:
+        change = write.change
+        if green and transaction is not None:
+            transaction.commit()
+            return "committed"
+        if green:
+            self.journal.put(change.relpath, change.committed)
+            self.journal.store.drop_unreferenced(self.journal.records)
+            return "committed"
+        if transaction is not None:
+            transaction.undo()
+            return "rolled-back"
+        assert write.restore is not None
+        restoring = Transaction(self.journal, write.restore)
+        restoring.write()
+        restoring.commit()
+        return "restored"
+
+    def _red(
+        self,
+        writes: Sequence[Write],
+        settled: Mapping[str, Settlement],
+        red: Sequence[ProofReport],
+        failed: str,
+    ) -> VerificationFailed:
+        back = [w for w in writes if settled.get(w.change.relpath) in ("rolled-back", "restored")]
+        rolled = "; ".join(f"{w.change.path} ({', '.join(p.id for p in w.proven)})" for w in back)
+        verb = "are as they were" if len(back) > 1 else "is as it was"
+        remedy = {
+            "apply": "read the target's own error below; `fi-patch apply --no-verify` writes "
+            "the patches without this proof",
+            "revert": "read the target's own error below; `fi-patch revert` without --patch "
+            "restores the original bytes",
+        }[self.command]
+        return VerificationFailed(
+            f"{failed}the proof of {', '.join(r.patch for r in red)} in "
+            f"{self.interpreter.python} {red[0].summary}; rolled back: {rolled} {verb} before "
+            f"this {self.command}",
+            remedy=remedy,
+            details=tuple(line for r in red for line in (f"{r.patch}: {r.summary}", *r.details)),
+        )
+
+    def _undone(
+        self,
+        transactions: Mapping[str, Transaction],
+        cause: FiPatchError,
+        before: Mapping[str, ProofReport] | None = None,
+    ) -> Done:
+        """Undo every file after `cause`, and say what each one holds now."""
+        undone = self._undo(transactions)
+        settled = {relpath: settlement for relpath, (settlement, _) in undone.items()}
+        lines = tuple(line for _, line in undone.values())
+        stranded = [line for settlement, line in undone.values() if settlement == "stranded"]
+        if stranded:
+            store = self.journal.store
+            remedy = (
+                f"fix the cause, then run `fi-patch revert` ({store.manifest_path} records the "
+                f"unfinished writes) or `fi-patch {self.command}` to finish them"
+            )
+        else:
+            remedy = cause.remedy or "fix the cause above, then run the command again"
+            remedy += "; every file is as it was before this command" if lines else ""
+        message = "; ".join([cause.message, *stranded])
+        failure = type(cause)(message, remedy=remedy, details=(*cause.details, *lines))
+        return Done(settled, before or {}, {}, failure)
+
+    def _undo(self, transactions: Mapping[str, Transaction]) -> dict[str, tuple[Settlement, str]]:
+        """Undo every transaction, last first, whatever fails: each file's settlement, and a
+        line saying what it holds now."""
+        undone: dict[str, tuple[Settlement, str]] = {}
+        for relpath, transaction in reversed(list(transactions.items())):
+            path = transaction.change.path
+            try:
+                transaction.undo()
+                undone[relpath] = ("rolled-back", f"{path}: put back as it was")
+            except FiPatchError as error:
+                if "replace" not in transaction.steps:
+                    line = (
+                        f"{path}: put back as it was, but its journal entry stays "
+                        f"({error.message}); the next command clears it"
+                    )
+                    undone[relpath] = ("rolled-back", line)
+                    continue
+                backup = self.journal.store.backups / transaction.change.staged.backup
+                line = f"{error.message}; the original is kept at {backup}"
+                undone[relpath] = ("stranded", line)
+        return undone

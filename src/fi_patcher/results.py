@@ -1,0 +1,144 @@
+"""What a command did on one target, as values: each carries its exit code and a status.
+
+`render` and `documents` show these; neither imports the orchestration. The policy that turns a
+state into an exit code lives here, once, and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from fi_patcher.errors import ExitCode, FiPatchError, exit_code_for
+from fi_patcher.model import Assessment, PatchState
+from fi_patcher.options import Target
+from fi_patcher.processes import Running
+from fi_patcher.proofs import Preflight, ProofReport
+
+Status = Literal["ok", "partial", "error"]
+"""ok: done; partial: it ended in an error after changing something (the files say what);
+error: it changed nothing."""
+PatchAction = Literal[
+    "applied",
+    "would-apply",
+    "already-applied",
+    "not-applicable",
+    "left-out",
+    "finished",
+    "rolled-back",
+    "reverted",
+    "cleared-record",
+    "nothing-to-revert",
+]
+FileAction = Literal[
+    "written", "would-write", "finished", "rolled-back", "reverted", "cleared-record", "stranded"
+]
+"""stranded: a write that failed and could not be undone either; the file holds fi-patch's new
+bytes, its backup and journal entry stay for the next command."""
+CHANGED: frozenset[FileAction] = frozenset({"written", "reverted", "stranded"})
+"""The actions after which the file holds other bytes than before the command."""
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    """What a command did with one patch."""
+
+    state: PatchState
+    """The patch's state when the command started."""
+    action: PatchAction
+    message: str = ""
+    before: ProofReport | None = None
+    after: ProofReport | None = None
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    """What a command did to one file."""
+
+    relpath: str
+    path: Path
+    action: FileAction
+    holds: tuple[str, ...]
+    """The patches the file holds afterwards."""
+    message: str = ""
+    diff: str = ""
+    backup: Path | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of apply or revert on one target."""
+
+    target: Target
+    assessment: Assessment
+    patches: tuple[PatchOutcome, ...]
+    files: tuple[FileOutcome, ...] = ()
+    preflight: Preflight | None = None
+    warnings: tuple[str, ...] = ()
+    failure: FiPatchError | None = None
+    """What stopped the command after its first write; `files` says what it changed."""
+    running: tuple[Running, ...] = ()
+    """Processes of the environment that started before the write: they keep the old code."""
+
+    @property
+    def changed(self) -> bool:
+        return any(f.action in CHANGED for f in self.files)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.failure.exit_code if self.failure is not None else ExitCode.OK
+
+    @property
+    def status(self) -> Status:
+        if self.failure is None:
+            return "ok"
+        touched = self.changed or any(f.action == "cleared-record" for f in self.files)
+        return "partial" if touched else "error"
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The result of check on one target, with the proofs `--verify` ran."""
+
+    target: Target
+    assessment: Assessment
+    reports: Mapping[str, ProofReport] = field(default_factory=dict)
+
+    def code_of(self, state: PatchState) -> ExitCode:
+        """One patch's code: 0 only where nothing needs doing."""
+        report = self.reports.get(state.patch.id)
+        if report is not None and report.mode == "after" and not report.passed:
+            return ExitCode.VERIFY_FAILED
+        return exit_code_for(state.state, state.interrupted is not None)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        code = max((self.code_of(s) for s in self.assessment.patches), default=ExitCode.OK)
+        if self.assessment.imported_instead is not None:
+            # The copy a server would import is one fi-patch does not manage: never all clear.
+            code = max(code, ExitCode.LAYOUT)
+        return ExitCode(code)
+
+    @property
+    def status(self) -> Status:
+        return "ok" if self.exit_code == ExitCode.OK else "error"
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A target the command could not work on at all: nothing was changed there."""
+
+    spec: str
+    """The target as given: `--venv DIR` or `--python PATH`."""
+    error: FiPatchError
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.error.exit_code
+
+    status: Status = "error"
+
+
+Result = Outcome | Checked | Failed

@@ -1,0 +1,228 @@
+"""The commands that write: apply and revert. Each reads the target, decides its whole plan with
+every refusal before the first write (`plan`), builds the writes (`changes`), and hands them,
+under the environment's lock, to the one write protocol (`protocol`). Imported only by those
+commands: `check` never pays for it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from fi_patcher.changes import apply_change, restore_change, revert_change
+from fi_patcher.model import Holder, Interpreter, PatchSet
+from fi_patcher.options import Options, Target
+from fi_patcher.outcomes import applied, dry_run, reverted
+from fi_patcher.plan import ApplyPlan, FilePlan, RevertFile, plan_apply, plan_revert
+from fi_patcher.processes import started_before
+from fi_patcher.proofs import (
+    Judgement,
+    Preflight,
+    ProofRequest,
+    judge_preflight,
+    needs_nvcc,
+    preflight,
+)
+from fi_patcher.protocol import Protocol, Write
+from fi_patcher.registry import load_patches
+from fi_patcher.results import Outcome
+from fi_patcher.store import Journal, Store, clear_temporaries
+from fi_patcher.target import (
+    Inspection,
+    copies,
+    foreign,
+    from_backup,
+    imported_instead,
+    inspect,
+    original_of,
+    record_path,
+    usable,
+)
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """What the pre-flight saw and let through, and the patches it judged."""
+
+    facts: Preflight | None = None
+    judgement: Judgement = field(default_factory=Judgement)
+    judged: frozenset[str] = frozenset()
+
+    def covers(self, plan: ApplyPlan) -> bool:
+        return {p.id for p in plan.adding} <= self.judged
+
+
+def apply(target: Target, chosen: PatchSet, options: Options) -> Outcome:
+    interpreter = target.interpreter
+    inspection = inspect(interpreter, chosen.patches)
+    installed = usable(inspection, interpreter)
+    plan = plan_apply(inspection.assessment, chosen, force=options.force)
+    if plan.idle:
+        return applied(target, inspection, plan)
+    refused = foreign(installed, interpreter, "apply")
+    if refused is not None:
+        raise refused
+    # Read-only checks first, so that a refusal leaves the environment as it was.
+    judged = _preflight(interpreter, plan, chosen, options)
+    plan = _plan(inspection, chosen, options, judged)
+    if options.dry_run or plan.idle:
+        writes = [_apply_write(inspection, f, plan, judged.facts, options) for f in plan.files]
+        warnings = _warnings(judged, inspection, interpreter, options)
+        files = dry_run(plan, writes)
+        return applied(target, inspection, plan, files, judged.facts, warnings)
+    with inspection.store.lock("apply", options.lock_wait, _waiting(options)):
+        journal = _journal(inspection.store, [f.state.path for f in plan.files])
+        # Look again under the lock: another fi-patch may have written meanwhile, and the
+        # pre-flight must judge what is written, not what was planned before.
+        inspection = inspect(interpreter, chosen.patches)
+        usable(inspection, interpreter)
+        plan = _plan(inspection, chosen, options, judged)
+        if not judged.covers(plan):
+            judged = _preflight(interpreter, plan, chosen, options)
+            plan = _plan(inspection, chosen, options, judged)
+        moment = time.time()
+        writes = [
+            _apply_write(inspection, file, plan, judged.facts, options) for file in plan.files
+        ]
+        before = [ProofRequest(p, "before", _path_of(plan, p.id)) for p in plan.adding]
+        done = Protocol(interpreter, journal, options, "apply").run(writes, before)
+    warnings = _warnings(judged, inspection, interpreter, options)
+    outcome = applied(
+        target, inspection, plan, facts=judged.facts, warnings=warnings, done=done, writes=writes
+    )
+    return _with_running(outcome, interpreter, moment)
+
+
+def _plan(inspection: Inspection, chosen: PatchSet, options: Options, judged: _Judged) -> ApplyPlan:
+    return plan_apply(
+        inspection.assessment, chosen, force=options.force, left_out=judged.judgement.left_out
+    )
+
+
+def _preflight(
+    interpreter: Interpreter, plan: ApplyPlan, chosen: PatchSet, options: Options
+) -> _Judged:
+    if not plan.adding:
+        return _Judged()
+    options.progress(f"pre-flight in {interpreter.python}")
+    facts = preflight(interpreter.python, options.timeout, nvcc=needs_nvcc(plan.adding))
+    judgement = judge_preflight(
+        facts, plan.adding, explicit=chosen.explicit, allow_mismatch=options.allow_mismatch
+    )
+    return _Judged(facts, judgement, frozenset(p.id for p in plan.adding))
+
+
+def _warnings(
+    judged: _Judged, inspection: Inspection, interpreter: Interpreter, options: Options
+) -> tuple[str, ...]:
+    installed = inspection.assessment.installed
+    instead = imported_instead(installed, interpreter)
+    warnings = judged.judgement.warnings + copies(installed, interpreter, instead)
+    if not options.verify:
+        warnings += ("verification skipped (--no-verify): nothing proves the patches work here",)
+    return warnings
+
+
+def _apply_write(
+    inspection: Inspection,
+    file: FilePlan,
+    plan: ApplyPlan,
+    facts: Preflight | None,
+    options: Options,
+) -> Write:
+    state = file.state
+    current = inspection.sources[state.relpath]
+    assert current is not None
+    change = apply_change(
+        file,
+        current,
+        original_of(inspection, state),
+        inspection.installed,
+        inspection.store.root.parent,
+        forced=plan.forced,
+        facts=facts,
+        verify=options.verify,
+    )
+    restore = None
+    if not file.writes and state.record is not None:
+        restore = restore_change(state, change, original_of(inspection, state))
+    return Write(change, file.patches, restore)
+
+
+def revert(target: Target, chosen: PatchSet, options: Options) -> Outcome:
+    """Take the chosen patches out (every patch, by default): a file left with none gets its
+    original bytes back; a file left with others is rebuilt from the original and proven."""
+    interpreter = target.interpreter
+    everything = load_patches()
+    # Before the lock, only where the records are: under it, whether they can be read.
+    inspection = inspect(interpreter, everything, reading=True)
+    store = inspection.store
+    refused = foreign(inspection.assessment.installed, interpreter, "revert")
+    if refused is not None and store.root.exists():
+        raise refused
+    if not store.root.exists():
+        nothing = "nothing to revert: fi-patch never patched here"
+        return reverted(target, inspection, chosen, nothing)
+    with store.lock("revert", options.lock_wait, _waiting(options)):
+        paths = {r.relpath: record_path(interpreter, r) for r in store.load().values()}
+        journal = _journal(store, paths.values())
+        inspection = inspect(interpreter, everything)
+        plan = plan_revert(
+            inspection.assessment,
+            journal.records,
+            paths,
+            inspection.sources,
+            chosen,
+            force=options.force,
+        )
+        writes = [_revert_write(inspection, file, options) for file in plan.files if file.writes]
+        moment = time.time()
+        for file in plan.files:
+            if file.action == "clear-record":
+                journal.put(file.record.relpath, None)
+        store.drop_unreferenced(journal.records)
+        taking = sorted({i for f in plan.files if f.writes for i in f.removing})
+        failed = f"after taking out {', '.join(taking)}, " if chosen.explicit else ""
+        done = Protocol(interpreter, journal, options, "revert").run(writes, (), failed)
+    outcome = reverted(target, inspection, chosen, plan=plan, done=done)
+    return _with_running(outcome, interpreter, moment)
+
+
+def _revert_write(inspection: Inspection, file: RevertFile, options: Options) -> Write:
+    assert file.settled is not None
+    options.progress(f"taking {', '.join(file.removing)} out of {file.path}")
+    original = from_backup(inspection.store, file.settled, inspection.installed)
+    current = inspection.sources.get(file.record.relpath)
+    change = revert_change(file, current, original, inspection.installed.version)
+    return Write(change, file.remaining)
+
+
+def _journal(store: Store, paths: Iterable[Path]) -> Journal:
+    """The manifest under the lock, with what a killed fi-patch left cleared away: temporary
+    files beside the targets, and backups no record names."""
+    for path in paths:
+        clear_temporaries(path)
+    journal = Journal(store)
+    store.drop_unreferenced(journal.records)
+    return journal
+
+
+def _path_of(plan: ApplyPlan, patch: str) -> Path:
+    return next(f.state.path for f in plan.files if patch in {p.id for p in f.patches})
+
+
+def _with_running(outcome: Outcome, interpreter: Interpreter, moment: float) -> Outcome:
+    """Where a file changed, the processes of the environment that still run the old code."""
+    if not outcome.changed:
+        return outcome
+    return replace(outcome, running=started_before(interpreter, moment))
+
+
+def _waiting(options: Options) -> Callable[[Holder | None], None]:
+    def say(holder: Holder | None) -> None:
+        who = holder.describe() if holder is not None else "another fi-patch"
+        options.progress(f"waiting for {who}, which holds this environment's lock")
+
+    return say
