@@ -132,6 +132,22 @@ class Bench:
             ours / pip <= 0.5,
         )
 
+    def check_vs_bare_start(self) -> dict[str, object]:
+        venv = self.venv()
+        ours, bare = interleaved(
+            lambda: run([*FI_PATCH, "check", "--venv", venv], (3,)),
+            lambda: run([venv / "bin" / "python", "-I", "-c", "pass"]),
+            self.rounds,
+        )
+        return figure(
+            "fi-patch check / a bare start of the target (python -I -c pass)",
+            ours,
+            bare,
+            ours / bare,
+            "<= 10",
+            ours / bare <= 10,
+        )
+
     def verify_vs_import(self) -> dict[str, object]:
         venv = self.patched()
         ours, floor = interleaved(
@@ -278,6 +294,7 @@ def main() -> None:
         bench = Bench(work, arguments.rounds)
         rows = [
             bench.check_vs_pip_show(),
+            bench.check_vs_bare_start(),
             bench.verify_vs_import(),
             bench.apply_all_vs_one(),
             bench.first_call(),

@@ -21,6 +21,7 @@ from fi_patcher.model import (
     Pending,
     Shape,
     Verdict,
+    Verification,
 )
 from fi_patcher.plan import FilePlan, RevertFile
 from fi_patcher.proofs import Preflight
@@ -48,7 +49,7 @@ def apply_change(
     if file.writes:
         after, shapes = compose(original, file.patches, installed.version, forced)
     existing = {p.id: p for p in state.record.patches} if state.record else {}
-    verification = "pending" if verify else "skipped"
+    verification: Verification = "pending" if verify else "skipped"
     now = datetime.now(UTC).isoformat(timespec="seconds")
     records = tuple(
         replace(existing[p.id], fi_patch_version=__version__, verification=verification)
@@ -62,7 +63,7 @@ def apply_change(
     staged = replace(
         base, pending=Pending("apply", records, sha256_bytes(after), sha256_bytes(current))
     )
-    proven = "passed" if verify else "skipped"
+    proven: Verification = "passed" if verify else "skipped"
     committed = replace(
         base,
         sha256=sha256_bytes(after),
@@ -140,7 +141,7 @@ def _patch_record(
     patch: Patch,
     shape: Shape,
     now: str,
-    verification: str,
+    verification: Verification,
     forced: bool,
     facts: Preflight | None,
 ) -> PatchRecord:

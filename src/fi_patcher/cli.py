@@ -8,7 +8,6 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
@@ -25,6 +24,7 @@ from fi_patcher.registry import choose, load_patches
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from fi_patcher.model import Command
     from fi_patcher.options import Options, Target
     from fi_patcher.results import Result
 
@@ -342,7 +342,7 @@ Spec = tuple[Path | None, Path | None]
 
 
 def _acting(
-    command: str, chosen: PatchSet, options: Options
+    command: Command, chosen: PatchSet, options: Options
 ) -> Callable[[Target, Progress], Result]:
     """apply or revert on one target, looked up when it runs (tests replace it)."""
 
@@ -378,6 +378,8 @@ def _run_targets(
             if len(specs) == 1:
                 results = [_guarded(one, specs[0], progress)]
             else:
+                from concurrent.futures import ThreadPoolExecutor
+
                 with ThreadPoolExecutor(_workers(len(specs))) as pool:
                     futures = [pool.submit(_guarded, one, spec, progress) for spec in specs]
                     results = [future.result() for future in futures]

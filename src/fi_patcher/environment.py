@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -84,10 +84,26 @@ def probe(
     """Run the probe in `python` and return what it said. With `packages`, a normal start of
     the same interpreter (not isolated: PYTHONPATH and the user's site-packages count) says at
     the same time where it would import each of them from."""
-    with ThreadPoolExecutor(2) as pool:
-        normal = pool.submit(_normal_start, python, timeout, packages) if packages else None
-        answer = run_script(python, "probe.py", [], timeout=timeout, what="probe")
-        imports, failure = normal.result() if normal is not None else ({}, None)
+    # A thread, not concurrent.futures: that imports logging, and every command would pay.
+    normal: list[tuple[dict[str, Imported], str | None] | BaseException] = []
+
+    def start() -> None:
+        try:
+            normal.append(_normal_start(python, timeout, packages))
+        except BaseException as exc:  # raised in the caller's thread, below
+            normal.append(exc)
+
+    thread = threading.Thread(target=start, daemon=True)
+    if packages:
+        thread.start()
+    answer = run_script(python, "probe.py", [], timeout=timeout, what="probe")
+    imports: dict[str, Imported] = {}
+    failure = None
+    if packages:
+        thread.join()
+        if isinstance(normal[0], BaseException):
+            raise normal[0]
+        imports, failure = normal[0]
     return Interpreter(
         python=python,
         prefix=Path(answer["prefix"]),

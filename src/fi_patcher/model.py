@@ -30,6 +30,9 @@ Command = Literal["apply", "revert"]
 """A command that writes: what a journal entry or a lock holder names."""
 Mode = Literal["before", "after"]
 """A proof run on the unpatched code (a report) or on the patched code (the gate)."""
+Verification = Literal["passed", "skipped", "pending"]
+"""A written patch's proof: passed, skipped under --no-verify, or pending while it has not run
+yet."""
 
 
 # --- the registry -------------------------------------------------------------------------------
@@ -249,8 +252,7 @@ class PatchRecord:
     fi_patch_version: str
     applied_at: str
     forced: bool = False
-    verification: str = "skipped"
-    """passed, or skipped under --no-verify; pending while a proof has not run yet."""
+    verification: Verification = "skipped"
     torch_cuda: str | None = None
     nvcc_version: str | None = None
     nvcc_path: str | None = None
@@ -301,6 +303,7 @@ class Holder:
 
     pid: int
     command: str
+    """apply or revert, as the lock file says (another fi-patch wrote it)."""
     since: str
 
     def describe(self) -> str:

@@ -17,7 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from fi_patcher.environment import run_script, script_text
 from fi_patcher.errors import Inert, NoTorch, RequirementUnmet, ToolkitMismatch
-from fi_patcher.model import Patch
+from fi_patcher.model import Mode, Patch
 
 VERIFY_TIMEOUT = 600.0
 
@@ -172,7 +172,7 @@ class ProofRequest:
     which the target must import."""
 
     patch: Patch
-    mode: str
+    mode: Mode
     file: Path
 
 
@@ -181,7 +181,7 @@ class ProofReport:
     """What one proof saw, judged."""
 
     patch: str
-    mode: str
+    mode: Mode
     passed: bool
     summary: str
     details: tuple[str, ...] = ()
@@ -218,7 +218,8 @@ def prove(python: Path, requests: Sequence[ProofRequest], timeout: float) -> dic
 
 def judge_proof(answer: dict[str, Any], process: dict[str, Any]) -> ProofReport:
     """Green when the proof raised nothing and found no problem."""
-    patch, mode = str(answer.get("patch")), str(answer.get("mode"))
+    patch = str(answer.get("patch"))
+    mode: Mode = "after" if answer.get("mode") == "after" else "before"
     error = answer.get("error")
     if error is not None:
         facts = {**process, "stage": answer.get("stage"), "error": error}

@@ -7,7 +7,6 @@ engine in `codemod`, whose import costs more than the rest.
 from __future__ import annotations
 
 import ast
-import difflib
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -102,6 +101,8 @@ def locate(
 
 def render_diff(before: str, after: str, path: str) -> str:
     """A unified diff with three lines of context, as `git diff` shows it."""
+    import difflib  # only writing and --dry-run show diffs
+
     return "".join(
         difflib.unified_diff(
             before.splitlines(keepends=True),

@@ -19,7 +19,6 @@ import os
 import pwd
 import re
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fi_patcher.errors import StoreProblem, StoreUnreadable, WriteFailed
-from fi_patcher.model import FileRecord, Holder, PatchRecord, Pending
+from fi_patcher.model import Command, FileRecord, Holder, PatchRecord, Pending
 from fi_patcher.recognise import sha256_bytes
 
 SCHEMA = 2
@@ -149,7 +148,7 @@ class Store:
     @contextlib.contextmanager
     def lock(
         self,
-        command: str,
+        command: Command,
         timeout: float = LOCK_TIMEOUT,
         waiting: Callable[[Holder | None], None] | None = None,
     ) -> Iterator[None]:
@@ -418,6 +417,8 @@ def atomic_write(
     `replaced` is called as soon as the new file is in place, before the folder is synced, so
     that a caller can tell a failure that left the old file from one that did not.
     """
+    import tempfile  # only writes need it, and it costs every `check` its import
+
     descriptor = -1
     temporary = ""
     try:

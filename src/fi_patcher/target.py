@@ -15,6 +15,7 @@ from fi_patcher.errors import LayoutProblem, NotInstalled, StoreProblem, StoreUn
 from fi_patcher.installed import find_installed
 from fi_patcher.model import (
     Assessment,
+    Command,
     FileRecord,
     FileState,
     Imported,
@@ -147,7 +148,7 @@ def from_backup(store: Store, record: FileRecord, installed: Installed) -> bytes
 
 
 def foreign(
-    installed: Installed | None, interpreter: Interpreter, command: str
+    installed: Installed | None, interpreter: Interpreter, command: Command
 ) -> LayoutProblem | None:
     """The copy this interpreter imports lives outside its environment (a venv made with
     --system-site-packages, its base's copy): fi-patch never writes there from here."""
