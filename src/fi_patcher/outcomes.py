@@ -25,7 +25,9 @@ _ACTION: Mapping[StepAction, PatchAction] = {
 
 
 def dry_run(plan: ApplyPlan, writes: Sequence[Write]) -> tuple[FileOutcome, ...]:
-    """The writes apply would make, as diffs: the same changes, none of them written."""
+    """The writes apply would make, as diffs (`writes`: those of the files that write): the same
+    changes, none of them written."""
+    writing = [f for f in plan.files if f.writes]
     return tuple(
         FileOutcome(
             w.change.relpath,
@@ -34,8 +36,7 @@ def dry_run(plan: ApplyPlan, writes: Sequence[Write]) -> tuple[FileOutcome, ...]
             tuple(p.id for p in f.patches),
             diff=diff(w.change),
         )
-        for f, w in zip(plan.files, writes, strict=True)
-        if f.writes
+        for f, w in zip(writing, writes, strict=True)
     )
 
 
@@ -72,36 +73,42 @@ def _applied_file(
 ) -> FileOutcome:
     state = file.state
     holds = tuple(p.id for p in file.patches)
-    if settlement in ("rolled-back", "restored"):
+    backup = inspection.store.backups / write.change.staged.backup
+    if settlement == "rolled-back":
         held = state.applied if file.writes else ()
         return FileOutcome(state.relpath, state.path, "rolled-back", held)
+    if settlement == "restored":
+        return FileOutcome(state.relpath, state.path, "restored", (), _RESTORED)
     if settlement == "stranded":
-        return FileOutcome(state.relpath, state.path, "stranded", holds, _STRANDED)
+        return FileOutcome(state.relpath, state.path, "stranded", holds, _STRANDED, backup=backup)
     if not file.writes:
         return FileOutcome(state.relpath, state.path, "finished", holds)
-    committed = write.change.committed
-    assert committed is not None
-    backup = inspection.store.backups / committed.backup
     return FileOutcome(
         state.relpath, state.path, "written", holds, diff=diff(write.change), backup=backup
     )
 
 
 _STRANDED = "fi-patch's new bytes stay, unproven: the write could not be undone (see the error)"
+_RESTORED = "the bytes an interrupted run left failed their proof: FlashInfer's original is back"
+_UNREACHED = "not done: the command stopped before this file (see the error)"
 
 
 def _applied_patch(
     state: PatchState, step: Step, file: FileOutcome | None, failed: bool, done: Done | None
 ) -> PatchOutcome:
     action: PatchAction = _ACTION[step.action]
+    message = step.reason if action == "left-out" else ""
     if file is not None and file.action == "would-write" and step.action == "add":
         action = "would-apply"
-    writing = step.action in ("add", "finish")
-    if writing and (
-        (file is None and failed) or (file is not None and file.action == "rolled-back")
-    ):
-        action = "rolled-back"
-    message = step.reason if action == "left-out" else ""
+    if step.action in ("add", "finish"):
+        if file is not None and file.action in ("rolled-back", "restored"):
+            action = "rolled-back"
+        elif file is not None and file.action == "stranded":
+            action, message = "stranded", file.message
+        elif file is None and failed:
+            # Never written (an add: the file is as it was) or never proven (a finish).
+            action = "rolled-back" if step.action == "add" else "left-out"
+            message = _UNREACHED if step.action == "finish" else ""
     before = done.before.get(step.patch.id) if done else None
     after = done.after.get(step.patch.id) if done else None
     return PatchOutcome(state, action, message, before, after)
@@ -119,31 +126,49 @@ def reverted(
     files = tuple(
         outcome
         for file in (plan.files if plan else ())
-        if (outcome := _reverted_file(file, done)) is not None
+        if (outcome := _reverted_file(inspection, file, done)) is not None
     )
+    failed = done is not None and done.failure is not None
     by_file = {f.relpath: f for f in files}
     removed = plan.removed if plan else {}
     patches = []
     for state in inspection.assessment.patches:
-        ident = state.patch.id
-        if ident not in chosen.ids:
-            continue
-        after = done.after.get(ident) if done else None
-        mine = removed.get(ident)
-        out = by_file.get(mine.record.relpath) if mine else None
-        held = by_file.get(state.patch.target)
-        if out is not None and out.action in ("reverted", "cleared-record"):
-            patches.append(PatchOutcome(state, out.action, out.message, after=after))
-        elif held is not None and held.action == "rolled-back" and ident in held.holds:
-            patches.append(PatchOutcome(state, "rolled-back", after=after))
-        else:
-            message = nothing or f"nothing to revert: {ident} is not applied here"
-            patches.append(PatchOutcome(state, "nothing-to-revert", message))
+        if state.patch.id in chosen.ids:
+            mine = removed.get(state.patch.id)
+            out = by_file.get(mine.record.relpath) if mine else None
+            held = by_file.get(state.patch.target)
+            patches.append(
+                _reverted_patch(state, nothing, out, held, failed and mine is not None, done)
+            )
     failure = done.failure if done is not None else None
     return Outcome(target, inspection.assessment, tuple(patches), files, failure=failure)
 
 
-def _reverted_file(file: RevertFile, done: Done | None) -> FileOutcome | None:
+def _reverted_patch(
+    state: PatchState,
+    nothing: str,
+    out: FileOutcome | None,
+    held: FileOutcome | None,
+    unreached: bool,
+    done: Done | None,
+) -> PatchOutcome:
+    """One chosen patch: `out` is the outcome of the file it is taken out of, `held` that of
+    its file; `unreached` where the command stopped before that file."""
+    ident = state.patch.id
+    after = done.after.get(ident) if done else None
+    if out is not None and out.action in ("reverted", "cleared-record", "stranded"):
+        return PatchOutcome(state, out.action, out.message, after=after)
+    if held is not None and held.action == "rolled-back" and ident in held.holds:
+        return PatchOutcome(state, "rolled-back", after=after)
+    if unreached:
+        return PatchOutcome(state, "rolled-back", _UNREACHED)
+    message = nothing or f"nothing to revert: {ident} is not applied here"
+    return PatchOutcome(state, "nothing-to-revert", message)
+
+
+def _reverted_file(
+    inspection: Inspection, file: RevertFile, done: Done | None
+) -> FileOutcome | None:
     relpath, path = file.record.relpath, file.path
     if file.action == "clear-record":
         return FileOutcome(relpath, path, "cleared-record", (), file.message)
@@ -160,5 +185,6 @@ def _reverted_file(file: RevertFile, done: Done | None) -> FileOutcome | None:
         assert file.settled is not None
         return FileOutcome(relpath, path, "rolled-back", file.settled.ids)
     if settlement == "stranded":
-        return FileOutcome(relpath, path, "stranded", remaining, _STRANDED)
+        backup = inspection.store.backups / file.record.backup
+        return FileOutcome(relpath, path, "stranded", remaining, _STRANDED, backup=backup)
     return None

@@ -217,11 +217,14 @@ class RevertFile:
     path: Path
     action: RevertAction
     message: str = ""
-    settled: FileRecord | None = None
-    """The record once an interrupted write is accounted for (rebuild and restore)."""
     state: FileState | None = None
     removing: tuple[str, ...] = ()
     remaining: tuple[Patch, ...] = ()
+
+    @property
+    def settled(self) -> FileRecord | None:
+        """The record once an interrupted write is accounted for (keep, rebuild, restore)."""
+        return self.state.record if self.state is not None else None
 
     @property
     def writes(self) -> bool:
@@ -291,14 +294,14 @@ def _revert_file(
         return RevertFile(record, path, "clear-record", message)
     removing = tuple(i for i in settled.ids if not chosen.explicit or i in chosen.ids)
     if not removing:
-        return RevertFile(record, path, "keep", settled=settled, state=state)
+        return RevertFile(record, path, "keep", state=state)
     remaining = tuple(
         located(p, installed.version)
         for p in load_patches()
         if p.id in settled.ids and p.id not in removing
     )
     action: RevertAction = "rebuild" if remaining else "restore"
-    return RevertFile(record, path, action, "", settled, state, removing, remaining)
+    return RevertFile(record, path, action, "", state, removing, remaining)
 
 
 def _revert_refusals(file: RevertFile, current: bytes | None, force: bool) -> list[FiPatchError]:

@@ -1,14 +1,16 @@
 """The one write protocol, for apply and revert alike: compile-check what will be written, prove
-before (a report), write every file, prove after (the gate), then settle each file: commit it, or
-undo it. Every write is a store `Transaction`; a failure undoes every file, and the error names
-what each one holds afterwards. Runs under the environment's lock, after every refusal.
+before (a report), write every file, prove after (the gate), then settle each file: commit it,
+or undo it. Every write is a store `Transaction`. A failed write, or proofs that cannot run,
+undo every file; a failed proof undoes the files it covers. An undo that fails never stops the
+others, and the error names what each file holds afterwards. Runs under the environment's lock,
+after every refusal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, NoReturn
 
 from fi_patcher.environment import compile_check
 from fi_patcher.errors import FiPatchError, VerificationFailed, WriteFailed
@@ -18,9 +20,10 @@ from fi_patcher.proofs import ProofReport, ProofRequest, prove
 from fi_patcher.store import Change, Journal, Transaction
 
 Settlement = Literal["committed", "rolled-back", "restored", "stranded"]
-"""committed: the new bytes stay, recorded as proven; rolled-back: the bytes before the command
-are back; restored: an interrupted run's unproven bytes were replaced by the original;
-stranded: the new bytes stay and could not be undone (the journal and backup say so)."""
+"""committed: the new bytes stay, proven (or unproven under --no-verify); rolled-back: the bytes
+before the command are back; restored: an interrupted run's unproven bytes failed their proof
+and FlashInfer's original replaced them; stranded: fi-patch's new bytes stay, unproven, and
+could not be undone (the journal and the backup say so, for the next command)."""
 
 
 @dataclass(frozen=True)
@@ -58,9 +61,15 @@ class Protocol:
     command: Command
 
     def run(
-        self, writes: Sequence[Write], before: Sequence[ProofRequest], failed: str = ""
+        self,
+        writes: Sequence[Write],
+        before: Sequence[ProofRequest] = (),
+        failed: str = "",
+        *,
+        clear: Sequence[str] = (),
     ) -> Done:
-        """Write and prove `writes`, reporting `before` first. `failed` opens the message of a
+        """Write and prove `writes`, reporting `before` first; `clear` names the records to
+        remove (files that are already FlashInfer's original). `failed` opens the message of a
         failed proof (`after taking out …, `)."""
         for write in writes:
             if write.writes:
@@ -68,6 +77,10 @@ class Protocol:
                 compile_check(
                     self.interpreter.python, change.after, str(change.path), self.options.timeout
                 )
+        for relpath in clear:
+            self.journal.put(relpath, None)
+        if clear:
+            self.journal.store.drop_unreferenced(self.journal.records)
         reports = self._before(before)
         transactions: dict[str, Transaction] = {}
         try:
@@ -77,11 +90,10 @@ class Protocol:
                     transactions[write.change.relpath] = transaction
                     transaction.write()
         except FiPatchError as error:
-            return self._undone(transactions, error, reports)
-        except BaseException:
-            self._undo(transactions)
-            raise
-        after = self._after(writes, transactions)
+            return self._undone(transactions, error, "", reports)
+        except BaseException as interrupt:
+            self._interrupted(transactions, interrupt)
+        after = self._after(writes, transactions, reports)
         if isinstance(after, Done):
             return after
         return self._settle(writes, transactions, after, reports, failed)
@@ -102,7 +114,10 @@ class Protocol:
             }
 
     def _after(
-        self, writes: Sequence[Write], transactions: Mapping[str, Transaction]
+        self,
+        writes: Sequence[Write],
+        transactions: Mapping[str, Transaction],
+        before: Mapping[str, ProofReport],
     ) -> dict[str, ProofReport] | Done:
         """Every patch of every file, in one process; a proof that cannot run at all puts every
         file back."""
@@ -113,17 +128,14 @@ class Protocol:
         try:
             reports = prove(self.interpreter.python, requests, self.options.verify_timeout)
         except FiPatchError as error:
-            paths = ", ".join(str(w.change.path) for w in writes)
-            failure = VerificationFailed(
-                f"the proofs did not finish: {error.message}; rolled back: {paths} are as they "
-                "were before",
+            cause = VerificationFailed(
+                f"the proofs did not finish: {error.message}",
                 remedy=error.remedy,
                 details=error.details,
             )
-            return self._undone(transactions, failure)
-        except BaseException:  # an interrupt: never leave an unproven patch
-            self._undo(transactions)
-            raise
+            return self._undone(transactions, cause, "rolled back: ", before)
+        except BaseException as interrupt:  # never leave an unproven patch
+            self._interrupted(transactions, interrupt)
         silent = ProofReport("", "after", False, "fails: the proof process gave no answer for it")
         return {
             r.patch.id: reports.get(r.patch.id, replace(silent, patch=r.patch.id)) for r in requests
@@ -143,20 +155,16 @@ class Protocol:
         for write in writes:
             relpath = write.change.relpath
             green = all(after[p.id].passed for p in write.proven if p.id in after)
+            transaction = transactions.get(relpath)
             try:
-                settled[relpath] = self._one(write, transactions.get(relpath), green)
+                settled[relpath] = self._one(write, transaction, green)
             except FiPatchError as error:
-                settled[relpath] = "stranded"
-                problems.append(f"{write.change.path}: {error.message}")
+                settled[relpath], line = self._unsettled(write, transaction, green, error)
+                problems.append(line)
         red = [r for r in after.values() if not r.passed]
         failure: FiPatchError | None = self._red(writes, settled, red, failed) if red else None
         if problems:
-            failure = WriteFailed(
-                "; ".join(problems),
-                remedy="fix the cause, then run the command again: fi-patch's journal and "
-                f"backups in {self.journal.store.root} let it finish or undo the write",
-                details=failure.details if failure else (),
-            )
+            failure = _with_problems(failure, problems, self.journal)
         return Done(settled, before, after, failure)
 
     def _one(self, write: Write, transaction: Transaction | None, green: bool) -> Settlement:
@@ -165,17 +173,39 @@ class Protocol:
             transaction.commit()
             return "committed"
         if green:
-            self.journal.put(change.relpath, change.committed)
-            self.journal.store.drop_unreferenced(self.journal.records)
+            self.journal.settle(change.relpath, change.committed)
             return "committed"
         if transaction is not None:
             transaction.undo()
             return "rolled-back"
-        assert write.restore is not None
+        if write.restore is None:  # nothing was written, so nothing to put back
+            return "rolled-back"
         restoring = Transaction(self.journal, write.restore)
-        restoring.write()
+        try:
+            restoring.write()
+        except FiPatchError:
+            restoring.undo()
+            raise
         restoring.commit()
         return "restored"
+
+    def _unsettled(
+        self, write: Write, transaction: Transaction | None, green: bool, error: FiPatchError
+    ) -> tuple[Settlement, str]:
+        """What a file holds when committing or undoing it failed, and a line that says so."""
+        path = write.change.path
+        if green:
+            return "committed", (
+                f"{path}: proven, but its record could not be written ({error.message}); the "
+                "next `fi-patch apply` records it"
+            )
+        if transaction is not None and "replace" not in transaction.steps:
+            return "rolled-back", (
+                f"{path}: put back as it was, but its journal entry stays ({error.message}); the "
+                "next command clears it"
+            )
+        backup = self.journal.store.backups / write.change.staged.backup
+        return "stranded", f"{error.message}; the original is kept at {backup}"
 
     def _red(
         self,
@@ -205,25 +235,47 @@ class Protocol:
         self,
         transactions: Mapping[str, Transaction],
         cause: FiPatchError,
-        before: Mapping[str, ProofReport] | None = None,
+        said: str,
+        before: Mapping[str, ProofReport],
     ) -> Done:
-        """Undo every file after `cause`, and say what each one holds now."""
+        """Undo every file after `cause`, and say what each one holds now. `said` opens the
+        list of the files put back, where the cause's message asks for it."""
         undone = self._undo(transactions)
         settled = {relpath: settlement for relpath, (settlement, _) in undone.items()}
         lines = tuple(line for _, line in undone.values())
         stranded = [line for settlement, line in undone.values() if settlement == "stranded"]
         if stranded:
-            store = self.journal.store
             remedy = (
-                f"fix the cause, then run `fi-patch revert` ({store.manifest_path} records the "
-                f"unfinished writes) or `fi-patch {self.command}` to finish them"
+                f"fix the cause, then run `fi-patch revert` ({self.journal.store.manifest_path} "
+                f"records the unfinished writes) or `fi-patch {self.command}` to finish them"
             )
         else:
             remedy = cause.remedy or "fix the cause above, then run the command again"
             remedy += "; every file is as it was before this command" if lines else ""
-        message = "; ".join([cause.message, *stranded])
-        failure = type(cause)(message, remedy=remedy, details=(*cause.details, *lines))
-        return Done(settled, before or {}, {}, failure)
+        back = [str(transactions[r].change.path) for r, s in settled.items() if s != "stranded"]
+        message = cause.message
+        if said and back:
+            verb = "are as they were" if len(back) > 1 else "is as it was"
+            message += f"; {said}{', '.join(back)} {verb} before"
+        failure = type(cause)(
+            "; ".join([message, *stranded]), remedy=remedy, details=(*cause.details, *lines)
+        )
+        return Done(settled, before, {}, failure)
+
+    def _interrupted(
+        self, transactions: Mapping[str, Transaction], interrupt: BaseException
+    ) -> NoReturn:
+        """An interrupt (Ctrl-C) while files are written or proven: undo every file, and name
+        any that could not be put back before the interrupt goes on."""
+        undone = self._undo(transactions)
+        stranded = [line for settlement, line in undone.values() if settlement == "stranded"]
+        if stranded:
+            raise WriteFailed(
+                "interrupted, and not every file could be put back: " + "; ".join(stranded),
+                remedy="run `fi-patch revert` or `fi-patch apply` to finish the unfinished "
+                "writes the journal records",
+            ) from interrupt
+        raise interrupt
 
     def _undo(self, transactions: Mapping[str, Transaction]) -> dict[str, tuple[Settlement, str]]:
         """Undo every transaction, last first, whatever fails: each file's settlement, and a
@@ -246,3 +298,18 @@ class Protocol:
                 line = f"{error.message}; the original is kept at {backup}"
                 undone[relpath] = ("stranded", line)
         return undone
+
+
+def _with_problems(
+    failure: FiPatchError | None, problems: Sequence[str], journal: Journal
+) -> FiPatchError:
+    """The failure of a settle whose commits or undos failed too: a failed proof stays the
+    headline (exit 13); the problems follow it."""
+    message = "; ".join(problems)
+    remedy = (
+        "fix the cause, then run the command again: fi-patch's journal and backups in "
+        f"{journal.store.root} let it finish or undo the writes"
+    )
+    if failure is None:
+        return WriteFailed(message, remedy=remedy)
+    return type(failure)(f"{failure.message}; {message}", remedy=remedy, details=failure.details)

@@ -162,7 +162,11 @@ def _line(patch: PatchOutcome) -> tuple[str, str]:
             f"finished the interrupted {state.interrupted or 'run'} of {ident}: fi-patch's "
             "bytes are in place and recorded",
         ),
-        "rolled-back": ("bold red", f"{ident}: rolled back"),
+        "rolled-back": (
+            "bold red",
+            f"{ident}: rolled back" + (f" ({patch.message})" if patch.message else ""),
+        ),
+        "stranded": ("bold red", f"{ident}: {patch.message}"),
         "nothing-to-revert": ("cyan", patch.message),
     }
     return lines.get(

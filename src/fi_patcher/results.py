@@ -1,7 +1,8 @@
 """What a command did on one target, as values: each carries its exit code and a status.
 
-`render` and `documents` show these; neither imports the orchestration. The policy that turns a
-state into an exit code lives here, once, and nowhere else.
+`render` and `documents` show these and decide nothing; neither imports the orchestration.
+The exit code of a result is computed here (from `errors.exit_code_for` for a patch's state),
+and nowhere else.
 """
 
 from __future__ import annotations
@@ -31,14 +32,25 @@ PatchAction = Literal[
     "reverted",
     "cleared-record",
     "nothing-to-revert",
+    "stranded",
 ]
 FileAction = Literal[
-    "written", "would-write", "finished", "rolled-back", "reverted", "cleared-record", "stranded"
+    "written",
+    "would-write",
+    "finished",
+    "rolled-back",
+    "restored",
+    "reverted",
+    "cleared-record",
+    "stranded",
 ]
-"""stranded: a write that failed and could not be undone either; the file holds fi-patch's new
-bytes, its backup and journal entry stay for the next command."""
-CHANGED: frozenset[FileAction] = frozenset({"written", "reverted", "stranded"})
+"""restored: bytes an interrupted run left failed their proof, and FlashInfer's original
+replaced them; stranded: a write that failed and could not be undone either, so the file holds
+fi-patch's new bytes, and its backup and journal entry stay for the next command."""
+CHANGED: frozenset[FileAction] = frozenset({"written", "restored", "reverted", "stranded"})
 """The actions after which the file holds other bytes than before the command."""
+RECORDED: frozenset[FileAction] = frozenset({"finished", "cleared-record"})
+"""The actions that changed only fi-patch's records of the file."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +106,7 @@ class Outcome:
     def status(self) -> Status:
         if self.failure is None:
             return "ok"
-        touched = self.changed or any(f.action == "cleared-record" for f in self.files)
+        touched = self.changed or any(f.action in RECORDED for f in self.files)
         return "partial" if touched else "error"
 
 
@@ -138,7 +150,9 @@ class Failed:
     def exit_code(self) -> ExitCode:
         return self.error.exit_code
 
-    status: Status = "error"
+    @property
+    def status(self) -> Status:
+        return "error"
 
 
 Result = Outcome | Checked | Failed

@@ -261,6 +261,12 @@ class Journal:
         self.store = store
         self.records = store.load()
 
+    def settle(self, relpath: str, record: FileRecord | None) -> None:
+        """A write's final record (None: the file is the original again), and the backups no
+        record needs any more deleted."""
+        self.put(relpath, record)
+        self.store.drop_unreferenced(self.records)
+
     def put(self, relpath: str, record: FileRecord | None) -> None:
         """Save the manifest with `relpath`'s record replaced (None: removed); memory follows
         only once the manifest is on disk."""
@@ -318,8 +324,7 @@ class Transaction:
         self.steps.append("replace")
 
     def commit(self) -> None:
-        self.journal.put(self.change.relpath, self.change.committed)
-        self.journal.store.drop_unreferenced(self.journal.records)
+        self.journal.settle(self.change.relpath, self.change.committed)
 
     def undo(self) -> None:
         """Reverse the steps taken, last first. If the file cannot be put back, the journal

@@ -28,7 +28,7 @@ from fi_patcher.proofs import (
 from fi_patcher.protocol import Protocol, Write
 from fi_patcher.registry import load_patches
 from fi_patcher.results import Outcome
-from fi_patcher.store import Journal, Store, clear_temporaries
+from fi_patcher.store import Journal, clear_temporaries
 from fi_patcher.target import (
     Inspection,
     copies,
@@ -68,12 +68,14 @@ def apply(target: Target, chosen: PatchSet, options: Options) -> Outcome:
     judged = _preflight(interpreter, plan, chosen, options)
     plan = _plan(inspection, chosen, options, judged)
     if options.dry_run or plan.idle:
-        writes = [_apply_write(inspection, f, plan, judged.facts, options) for f in plan.files]
+        writing = [f for f in plan.files if f.writes]
+        writes = [_apply_write(inspection, f, plan, judged.facts, options) for f in writing]
         warnings = _warnings(judged, inspection, interpreter, options)
         files = dry_run(plan, writes)
         return applied(target, inspection, plan, files, judged.facts, warnings)
     with inspection.store.lock("apply", options.lock_wait, _waiting(options)):
-        journal = _journal(inspection.store, [f.state.path for f in plan.files])
+        journal = Journal(inspection.store)
+        _tidy(journal, [f.state.path for f in plan.files])
         # Look again under the lock: another fi-patch may have written meanwhile, and the
         # pre-flight must judge what is written, not what was planned before.
         inspection = inspect(interpreter, chosen.patches)
@@ -135,10 +137,11 @@ def _apply_write(
     state = file.state
     current = inspection.sources[state.relpath]
     assert current is not None
+    original = original_of(inspection, state)
     change = apply_change(
         file,
         current,
-        original_of(inspection, state),
+        original,
         inspection.installed,
         inspection.store.root.parent,
         forced=plan.forced,
@@ -147,13 +150,12 @@ def _apply_write(
     )
     restore = None
     if not file.writes and state.record is not None:
-        restore = restore_change(state, change, original_of(inspection, state))
+        restore = restore_change(state, change, original)
     return Write(change, file.patches, restore)
 
 
 def revert(target: Target, chosen: PatchSet, options: Options) -> Outcome:
-    """Take the chosen patches out (every patch, by default): a file left with none gets its
-    original bytes back; a file left with others is rebuilt from the original and proven."""
+    """`api.revert`: one plan for every recorded file, then the protocol."""
     interpreter = target.interpreter
     everything = load_patches()
     # Before the lock, only where the records are: under it, whether they can be read.
@@ -166,8 +168,9 @@ def revert(target: Target, chosen: PatchSet, options: Options) -> Outcome:
         nothing = "nothing to revert: fi-patch never patched here"
         return reverted(target, inspection, chosen, nothing)
     with store.lock("revert", options.lock_wait, _waiting(options)):
-        paths = {r.relpath: record_path(interpreter, r) for r in store.load().values()}
-        journal = _journal(store, paths.values())
+        journal = Journal(store)
+        paths = {r.relpath: record_path(interpreter, r) for r in journal.records.values()}
+        _tidy(journal, paths.values())
         inspection = inspect(interpreter, everything)
         plan = plan_revert(
             inspection.assessment,
@@ -179,13 +182,11 @@ def revert(target: Target, chosen: PatchSet, options: Options) -> Outcome:
         )
         writes = [_revert_write(inspection, file, options) for file in plan.files if file.writes]
         moment = time.time()
-        for file in plan.files:
-            if file.action == "clear-record":
-                journal.put(file.record.relpath, None)
-        store.drop_unreferenced(journal.records)
+        clear = [f.record.relpath for f in plan.files if f.action == "clear-record"]
         taking = sorted({i for f in plan.files if f.writes for i in f.removing})
         failed = f"after taking out {', '.join(taking)}, " if chosen.explicit else ""
-        done = Protocol(interpreter, journal, options, "revert").run(writes, (), failed)
+        protocol = Protocol(interpreter, journal, options, "revert")
+        done = protocol.run(writes, (), failed, clear=clear)
     outcome = reverted(target, inspection, chosen, plan=plan, done=done)
     return _with_running(outcome, interpreter, moment)
 
@@ -199,14 +200,12 @@ def _revert_write(inspection: Inspection, file: RevertFile, options: Options) ->
     return Write(change, file.remaining)
 
 
-def _journal(store: Store, paths: Iterable[Path]) -> Journal:
-    """The manifest under the lock, with what a killed fi-patch left cleared away: temporary
-    files beside the targets, and backups no record names."""
+def _tidy(journal: Journal, paths: Iterable[Path]) -> None:
+    """Under the lock, clear away what a killed fi-patch left: temporary files beside the
+    targets, and backups no record names."""
     for path in paths:
         clear_temporaries(path)
-    journal = Journal(store)
-    store.drop_unreferenced(journal.records)
-    return journal
+    journal.store.drop_unreferenced(journal.records)
 
 
 def _path_of(plan: ApplyPlan, patch: str) -> Path:

@@ -118,6 +118,10 @@ def test_interrupted_apply_whose_bytes_fail_their_proof_is_undone(
     run = fi_patch(runner, "apply", "--venv", venv, "--json")
     assert run.code == ExitCode.VERIFY_FAILED, run.stdout
     assert patch_result(run.json, OP_BOUNDARY)["action"] == "rolled-back"
+    (result,) = run.json["results"]
+    # The original replaced fi-patch's unproven bytes: the command changed the file.
+    assert [f["action"] for f in result["files"]] == ["restored"]
+    assert result["status"] == "partial"
     assert "torch is broken" in " ".join(run.json["results"][0]["error"]["details"])
     assert sha256(one_file(venv)) == ORIGINAL
     assert records(venv) == []

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from fi_patcher.errors import ExitCode
 from fi_patcher.store import Store
 from tests.conftest import MakeVenv
-from tests.faults.support import paused, records, started, stuck
+from tests.faults.support import mounted, paused, records, started, stuck
 from tests.support.cli import fi_patch, states_of
 from tests.support.deps import CPU_TORCH, shared, use
 from tests.support.expected import expected
@@ -24,6 +24,7 @@ from tests.support.releases import (
     CUDA,
     FORWARDING,
     FP4,
+    OP_BOUNDARY,
     RELEASES,
     TARGET,
     UNDER_COMPILE,
@@ -62,6 +63,39 @@ def test_a_revert_that_meets_a_drifted_second_file_touches_nothing(
     assert {f["action"] for f in forced.json["results"][0]["files"]} == {"reverted"}
     assert target_file(venv).read_bytes() == released_text(RELEASES[BOTH])
     assert fp4_file(venv).read_bytes() == released_text(RELEASES[BOTH], FP4)
+
+
+def test_a_revert_whose_second_file_cannot_be_written_puts_the_first_back(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    """Real: the second file's folder is bind-mounted read-only. revert restores cpp_ext.py,
+    then cannot write fp4_quantization.py: it puts cpp_ext.py back as fi-patch wrote it, and
+    says that every file is as it was."""
+    venv = venv_with(BOTH)
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    before = records(venv)
+    with mounted(fp4_file(venv).parent, read_only=True):
+        run = fi_patch(runner, "revert", "--venv", venv, "--json")
+    assert run.code == ExitCode.WRITE, run.stdout
+    (result,) = run.json["results"]
+    assert result["status"] == "error"
+    assert {f["relpath"]: f["action"] for f in result["files"]} == {
+        TARGET: "rolled-back",
+        FP4: "rolled-back",
+    }
+    assert {p["patch"]: p["action"] for p in result["patches"]} == {
+        CUDA: "rolled-back",
+        FORWARDING: "rolled-back",
+        OP_BOUNDARY: "nothing-to-revert",
+        UNDER_COMPILE: "rolled-back",
+    }
+    error = result["error"]
+    assert f"cannot write {fp4_file(venv)}: Read-only file system" in error["message"]
+    assert f"{target_file(venv)}: put back as it was" in error["details"]
+    assert "every file is as it was before this command" in error["remedy"]
+    assert target_file(venv).read_bytes() == expected(BOTH).encode()
+    assert fp4_file(venv).read_bytes() == expected(BOTH, FP4).encode()
+    assert records(venv) == before
 
 
 def test_an_apply_that_waited_for_a_revert_judges_the_patch_it_now_adds(
