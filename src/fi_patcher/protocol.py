@@ -242,7 +242,8 @@ class Protocol:
         list of the files put back, where the cause's message asks for it."""
         undone = self._undo(transactions)
         settled = {relpath: settlement for relpath, (settlement, _) in undone.items()}
-        lines = tuple(line for _, line in undone.values())
+        # The files put back go in the details; those that could not be, in the message.
+        lines = tuple(line for s, line in undone.values() if s != "stranded")
         stranded = [line for settlement, line in undone.values() if settlement == "stranded"]
         if stranded:
             remedy = (
@@ -251,7 +252,7 @@ class Protocol:
             )
         else:
             remedy = cause.remedy or "fix the cause above, then run the command again"
-            remedy += "; every file is as it was before this command" if lines else ""
+            remedy += "; every file is as it was before this command" if settled else ""
         back = [str(transactions[r].change.path) for r, s in settled.items() if s != "stranded"]
         message = cause.message
         if said and back:
