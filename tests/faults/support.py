@@ -123,9 +123,6 @@ def hooked_replace(source, destination):
             kill()
 os.replace = hooked_replace
 
-sys.argv = ["fi-patch", *arguments]
-from fi_patcher.cli import main
-main()
 """
 
 # Runs fi-patch's real CLI in a child process whose writes fail where a sick disk fails them:
@@ -156,9 +153,6 @@ def full_mkstemp(*args, **kwargs):
     return mkstemp(*args, **kwargs)
 tempfile.mkstemp = full_mkstemp
 
-sys.argv = ["fi-patch", *arguments]
-from fi_patcher.cli import main
-main()
 """
 
 
@@ -174,9 +168,6 @@ def buggy(target, chosen, options=None):
         raise RuntimeError("a bug fi-patch did not expect")
     return revert(target, chosen, options)
 api.revert = buggy
-sys.argv = ["fi-patch", *arguments]
-from fi_patcher.cli import main
-main()
 """
 
 
@@ -192,10 +183,14 @@ def killed(point: str, *arguments: str | Path) -> subprocess.CompletedProcess[st
     return _child(KILLER, point, *arguments)
 
 
+# Every script above ends here, with `arguments` as fi-patch's command line.
+MAIN = 'sys.argv = ["fi-patch", *arguments]\nfrom fi_patcher.cli import main\nmain()\n'
+
+
 def _child(script: str, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
     """fi-patch's real CLI in a child process, under one of the scripts above."""
     return subprocess.run(
-        [sys.executable, "-c", script, *map(str, arguments)],
+        [sys.executable, "-c", script + MAIN, *map(str, arguments)],
         capture_output=True,
         text=True,
         check=False,
@@ -222,9 +217,6 @@ def paused(self, *args, **kwargs):
         time.sleep(0.05)
     return run(self, *args, **kwargs)
 protocol.Protocol.run = paused
-sys.argv = ["fi-patch", *arguments]
-from fi_patcher.cli import main
-main()
 """
 
 # Runs fi-patch's real CLI in a child process whose proofs after the write never finish, and
@@ -243,9 +235,6 @@ def stuck(python, requests, timeout):
     subprocess.run(["mount", "-o", "remount,bind,ro", folder, folder], check=True)
     raise EnvironmentProblem("the proofs did not finish within 1 s")
 protocol.prove = stuck
-sys.argv = ["fi-patch", *arguments]
-from fi_patcher.cli import main
-main()
 """
 
 
@@ -259,14 +248,12 @@ def stuck(folder: Path, *arguments: str | Path) -> subprocess.CompletedProcess[s
 
 def started(*arguments: str | Path) -> subprocess.Popen[str]:
     """fi-patch's real CLI, started and left running."""
-    return _started(
-        "import sys; sys.argv[0] = 'fi-patch'\nfrom fi_patcher.cli import main\nmain()", *arguments
-    )
+    return _started("import sys\narguments = sys.argv[1:]\n", *arguments)
 
 
 def _started(script: str, *arguments: str | Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", script, *map(str, arguments)],
+        [sys.executable, "-c", script + MAIN, *map(str, arguments)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
