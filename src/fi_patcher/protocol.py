@@ -199,12 +199,19 @@ class Protocol:
                 f"{path}: proven, but its record could not be written ({error.message}); the "
                 "next `fi-patch apply` records it"
             )
+        return self._not_undone(write.change, transaction, error)
+
+    def _not_undone(
+        self, change: Change, transaction: Transaction | None, error: FiPatchError
+    ) -> tuple[Settlement, str]:
+        """What a file holds when undoing it failed: its old bytes, if the undo got as far as
+        putting them back (only the journal entry stays), or fi-patch's new bytes."""
         if transaction is not None and "replace" not in transaction.steps:
             return "rolled-back", (
-                f"{path}: put back as it was, but its journal entry stays ({error.message}); the "
-                "next command clears it"
+                f"{change.path}: put back as it was, but its journal entry stays "
+                f"({error.message}); the next command clears it"
             )
-        backup = self.journal.store.backups / write.change.staged.backup
+        backup = self.journal.store.backups / change.staged.backup
         return "stranded", f"{error.message}; the original is kept at {backup}"
 
     def _red(
@@ -288,16 +295,7 @@ class Protocol:
                 transaction.undo()
                 undone[relpath] = ("rolled-back", f"{path}: put back as it was")
             except FiPatchError as error:
-                if "replace" not in transaction.steps:
-                    line = (
-                        f"{path}: put back as it was, but its journal entry stays "
-                        f"({error.message}); the next command clears it"
-                    )
-                    undone[relpath] = ("rolled-back", line)
-                    continue
-                backup = self.journal.store.backups / transaction.change.staged.backup
-                line = f"{error.message}; the original is kept at {backup}"
-                undone[relpath] = ("stranded", line)
+                undone[relpath] = self._not_undone(transaction.change, transaction, error)
         return undone
 
 
