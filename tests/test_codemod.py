@@ -18,7 +18,7 @@ from fi_patcher import __version__
 from fi_patcher.codemod import Composed, Unrecognised, compose, take_out
 from fi_patcher.model import KeywordArguments, Patch, Proof, Shape
 from fi_patcher.recognise import render_diff
-from fi_patcher.registry import fit, load_patches
+from fi_patcher.registry import load_patches
 from tests.support.expected import (
     OWN_LINES,
     PATCHES,
@@ -26,6 +26,7 @@ from tests.support.expected import (
     expected,
     marker,
     original,
+    shape_of,
     target_of,
 )
 from tests.support.releases import (
@@ -49,7 +50,7 @@ def steps(
 ) -> list[tuple[Patch, tuple[Shape, ...]]]:
     chosen = []
     for patch in load_patches():
-        shape = fit(patch, version).shape
+        shape = shape_of(patch.id, version)
         mine = target_of(patch.id, version) == relpath
         if mine and shape is not None and (only is None or patch.id in only):
             chosen.append((patch, (shape,)))
@@ -363,7 +364,7 @@ def test_keyword_arguments_keeps_comments_and_layout() -> None:
 def test_taking_a_patch_out_gives_the_original_back(version: str, patch: str) -> None:
     """What recognises a fix made by hand: fi-patch's own text, taken out, is the release's."""
     relpath = target_of(patch, version)
-    shape = fit(PATCHES[patch], version).shape
+    shape = shape_of(patch, version)
     assert shape is not None
     patched = expected(version, relpath, [patch])
     assert take_out(patched, PATCHES[patch], shape) == original(version, relpath)

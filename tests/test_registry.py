@@ -10,16 +10,18 @@ import pytest
 from packaging.version import Version
 
 from fi_patcher.errors import UsageError
-from fi_patcher.model import Verdict
+from fi_patcher.model import Case, Verdict
 from fi_patcher.registry import (
     RegistryError,
     check_requirements,
     choose,
-    fit,
+    expected,
     load_patches,
+    newest_named,
     parse_patch,
     span,
 )
+from tests.support.catalog import found_in
 from tests.support.expected import PATCHES, target_of
 from tests.support.hashes import function_hashes
 from tests.support.releases import (
@@ -34,80 +36,56 @@ from tests.support.releases import (
     released_text,
 )
 
-EDGES = {
-    CUDA: [
-        ("0.2.0.post1", Verdict.NOT_APPLICABLE, None, "first-release"),
-        ("0.2.13", Verdict.NOT_APPLICABLE, None, "0.2.13-no-function"),
-        ("0.2.14", Verdict.NOT_APPLICABLE, None, "0.2.14-private-function"),
-        ("0.2.14.post1", Verdict.IN_RANGE, "A", "A-first"),
-        ("0.3.1.post1", Verdict.IN_RANGE, "A", "A-last"),
-        ("0.3.1.post2", Verdict.UNKNOWN, None, "just-past-A"),
-        ("0.4.0", Verdict.IN_RANGE, "B", "B-first"),
-        ("0.7.2.post1", Verdict.IN_RANGE, "B", "B-postN"),
-        ("0.7.4", Verdict.IN_RANGE, "B", "B-last"),
-        ("0.7.4.post1", Verdict.UNKNOWN, None, "postN-past-B"),
-        ("0.7.5", Verdict.UNKNOWN, None, "newer"),
-        ("0.6.0rc1", Verdict.UNKNOWN, None, "pre-release-inside-B"),
-        ("0.2.8rc1", Verdict.UNKNOWN, None, "pre-release-inside-N"),
-        ("0.1.6", Verdict.UNKNOWN, None, "older"),
-        ("not a version", Verdict.UNKNOWN, None, "invalid"),
-    ],
-    FORWARDING: [
-        ("0.6.11.post3", Verdict.NOT_APPLICABLE, None, "last-without-op"),
-        ("0.6.12", Verdict.IN_RANGE, "positional", "first-op"),
-        ("0.7.0.post1", Verdict.IN_RANGE, "positional", "last-positional"),
-        ("0.7.0.post2", Verdict.UNKNOWN, None, "postN-past-positional"),
-        ("0.7.1", Verdict.NOT_APPLICABLE, None, "fixed-upstream"),
-        ("0.7.4", Verdict.NOT_APPLICABLE, None, "fixed-upstream-last"),
-        ("0.6.12rc1", Verdict.UNKNOWN, None, "pre-release"),
-    ],
-    UNDER_COMPILE: [
-        ("0.2.9", Verdict.NOT_APPLICABLE, None, "fp4-without-op"),
-        ("0.6.11.post3", Verdict.NOT_APPLICABLE, None, "last-without-op"),
-        ("0.6.12", Verdict.IN_RANGE, "0.6.12", "first-op"),
-        ("0.6.12.post1", Verdict.UNKNOWN, None, "postN-of-single-release"),
-        ("0.6.13", Verdict.IN_RANGE, "0.6.13", "0.6.13-first"),
-        ("0.7.0.post1", Verdict.IN_RANGE, "0.6.13", "0.6.13-last"),
-        ("0.7.1", Verdict.IN_RANGE, "0.7.1", "recipe-first"),
-        ("0.7.2.post1", Verdict.IN_RANGE, "0.7.1", "recipe-last"),
-        ("0.7.3", Verdict.UNKNOWN, None, "never-released"),
-        ("0.7.4", Verdict.IN_RANGE, "0.7.4", "auto-backend"),
-        ("0.7.5", Verdict.UNKNOWN, None, "newer"),
-    ],
-    OP_BOUNDARY: [
-        ("0.2.8", Verdict.NOT_APPLICABLE, None, "before-fp4"),
-        ("0.2.9", Verdict.IN_RANGE, "0.2.9", "first-fp4"),
-        ("0.2.11.post1", Verdict.IN_RANGE, "0.2.9", "last-without-pdl"),
-        ("0.2.11.post2", Verdict.IN_RANGE, "0.2.11.post2", "first-pdl"),
-        ("0.5.3", Verdict.IN_RANGE, "0.3.1", "0.3.1-last"),
-        ("0.6.6", Verdict.IN_RANGE, "0.6.0", "last-in-old-file"),
-        ("0.6.7", Verdict.IN_RANGE, "0.6.7", "first-in-new-file"),
-        ("0.6.9", Verdict.IN_RANGE, "0.6.8", "backend-last"),
-        ("0.6.11.post3", Verdict.IN_RANGE, "0.6.11", "last-without-op"),
-        ("0.6.11.post4", Verdict.UNKNOWN, None, "postN-past-range"),
-        ("0.6.12", Verdict.NOT_APPLICABLE, None, "upstream-op"),
-        ("0.7.4", Verdict.NOT_APPLICABLE, None, "upstream-op-last"),
-        ("0.7.5", Verdict.UNKNOWN, None, "newer"),
-    ],
-}
-FITS = [(p, *case) for p, cases in EDGES.items() for case in cases]
+CASES = [(p.id, case) for p in load_patches() for case in p.cases]
+
+
+@pytest.mark.parametrize(("patch", "case"), CASES, ids=[f"{p}-{c.version}" for p, c in CASES])
+def test_every_case_is_what_the_release_holds(patch: str, case: Case) -> None:
+    """Each `[[cases]]` row of a patch's TOML, against the real release from the index: what
+    the patch finds in its files, and where the version's ranges agree (final releases) or the
+    files decide with a note (pre-releases)."""
+    found = found_in(case.version)[patch].fit
+    assert (found.verdict.value, found.shape.name if found.shape else None) == (
+        case.verdict,
+        case.shape,
+    ), found.reason
+    assert found.reason
+    by_version = expected(PATCHES[patch], case.version)
+    agrees = by_version.verdict is found.verdict and by_version.shape == found.shape
+    if Version(case.version).is_prerelease:
+        assert (found.note is not None) == (found.verdict is Verdict.KNOWN)
+    elif found.verdict is not Verdict.UNKNOWN:
+        assert agrees and found.note is None, by_version.reason
 
 
 @pytest.mark.parametrize(
-    ("patch", "version", "verdict", "shape"),
-    [pytest.param(p, v, d, s, id=f"{p}-{name}") for p, v, d, s, name in FITS],
+    ("version", "verdict", "shape", "reason"),
+    [
+        pytest.param("0.7.4", Verdict.KNOWN, "B", "shape B", id="final"),
+        pytest.param("0.7.4+cu130", Verdict.KNOWN, "B", "shape B", id="local-label"),
+        pytest.param("0.6.0rc1", Verdict.UNKNOWN, None, "outside every", id="pre-release"),
+        pytest.param("0.7.4.post1", Verdict.UNKNOWN, None, "outside every", id="post-past-last"),
+        pytest.param("0.3.1.post2", Verdict.UNKNOWN, None, "outside every", id="post-past-A"),
+        pytest.param("0.7.5", Verdict.UNKNOWN, None, "outside every", id="newer"),
+        pytest.param("0.2.14", Verdict.NOT_APPLICABLE, None, "no public", id="exempt"),
+        pytest.param("not a version", Verdict.UNKNOWN, None, "not a valid", id="invalid"),
+    ],
 )
-def test_fit(patch: str, version: str, verdict: Verdict, shape: str | None) -> None:
-    found = fit(PATCHES[patch], version)
-    assert found.verdict is verdict
-    assert (found.shape.name if found.shape else None) == shape
-    assert found.reason
+def test_the_version_cross_check(
+    version: str, verdict: Verdict, shape: str | None, reason: str
+) -> None:
+    """What the ranges name for a version string: only a cross-check, since the files decide,
+    but it is what a broken install is judged by and what the notes compare with."""
+    by_version = expected(PATCHES[CUDA], version)
+    assert by_version.verdict is verdict
+    assert (by_version.shape.name if by_version.shape else None) == shape
+    assert reason in by_version.reason
 
 
-CASES = [(v, p) for v, r in RELEASES.items() for p in r.shapes]
+HASHED = [(v, p) for v, r in RELEASES.items() for p in r.shapes]
 
 
-@pytest.mark.parametrize(("version", "patch"), CASES, ids=[f"{v}-{p}" for v, p in CASES])
+@pytest.mark.parametrize(("version", "patch"), HASHED, ids=[f"{v}-{p}" for v, p in HASHED])
 def test_registry_hashes_match_the_released_function(version: str, patch: str) -> None:
     release, registered = RELEASES[version], PATCHES[patch]
     relpath = target_of(patch, version)
@@ -116,7 +94,7 @@ def test_registry_hashes_match_the_released_function(version: str, patch: str) -
     hashes = function_hashes(text.decode("utf-8"), registered.function)
     assert hashes is not None
     raw, structure = hashes
-    shape = fit(registered, version).shape
+    shape = found_in(version)[patch].fit.shape
     assert shape is not None and shape.name == release.shapes[patch]
     assert raw in shape.function_sha256
     assert structure == shape.structure_sha256
@@ -131,31 +109,26 @@ def test_not_applicable_releases_have_no_public_function(version: str) -> None:
 
 
 def test_forwarding_is_not_applicable_where_upstream_forwards_by_keyword() -> None:
-    """0.7.1's op is a different function: its text matches no shape of the forwarding patch."""
+    """0.7.1's op is a different function: its text matches no shape of the forwarding patch,
+    and is the already-fixed text its TOML keeps."""
     text = released_text(RELEASES["0.7.1"], FP4).decode("utf-8")
     hashes = function_hashes(text, PATCHES[FORWARDING].function)
     assert hashes is not None
     assert all(hashes[0] not in s.function_sha256 for s in PATCHES[FORWARDING].shapes)
+    fixed = [e for e in PATCHES[FORWARDING].not_applicable if e.function_sha256]
+    assert [hashes[0] in e.function_sha256 for e in fixed] == [True]
     assert "is_sf_swizzled_layout=is_sf_swizzled_layout" in text
 
 
 def test_every_final_release_is_known_to_every_patch() -> None:
-    """Each final release up to 0.7.4 on the package index is in a range or not applicable,
-    for every patch: none falls into a gap."""
-    versions = [
-        v for v in final_versions() if Version("0.2.0.post1") <= Version(v) <= Version("0.7.4")
-    ]
-    assert len(versions) == 74
+    """Each final release on the package index, from 0.2.0.post1 to the newest the catalog
+    names, is in a range or not applicable for every patch: none falls into a gap."""
+    newest = newest_named()
+    versions = [v for v in final_versions() if Version("0.2.0.post1") <= Version(v) <= newest]
+    assert Version("0.7.4") in map(Version, versions)
     for patch in load_patches():
-        unknown = [v for v in versions if fit(patch, v).verdict is Verdict.UNKNOWN]
+        unknown = [v for v in versions if expected(patch, v).verdict is Verdict.UNKNOWN]
         assert unknown == [], patch.id
-
-
-def test_pre_release_carries_shape_b_but_is_not_selected() -> None:
-    text = released_text(RELEASES["0.6.0rc1"]).decode("utf-8")
-    hashes = function_hashes(text, PATCHES[CUDA].function)
-    assert hashes is not None
-    assert hashes[0] in PATCHES[CUDA].shapes[1].function_sha256
 
 
 def test_registry_order_and_requirements() -> None:

@@ -3,9 +3,10 @@
 Three steps. `settle` reads the journal: a write fi-patch was killed in the middle of either
 happened (the file holds the bytes it was writing) or did not (the bytes before it). `file_state`
 decides each target file from hashes: `patched` (exactly the bytes fi-patch last wrote),
-`original` (every patch's function is a known original and the file equals RECORD), or `drifted`.
-`patch_state` then gives each patch its state: pristine, patched, wiped (fi-patch patched it, and
-a reinstall put the original back), drifted, not applicable, not installed.
+`original` (the file equals RECORD), `hand-patched`, or `drifted` (changed since it was installed
+or written). `patch_state` then gives each patch its state from what `identify` found in its file:
+pristine, patched, wiped (fi-patch patched it, and a reinstall put the original back), unknown (a
+text fi-patch has never seen, in FlashInfer's own file), drifted, not applicable, not installed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from fi_patcher.errors import FiPatchError, LayoutProblem, Unsupported
+from fi_patcher.identify import Reading, identify, read, where
 from fi_patcher.model import (
     Assessment,
     Command,
@@ -25,19 +27,11 @@ from fi_patcher.model import (
     InstalledFile,
     Patch,
     PatchState,
-    Shape,
     State,
     Verdict,
 )
-from fi_patcher.recognise import (
-    Match,
-    Unrecognised,
-    parse,
-    recognise_in,
-    sha256_bytes,
-    sha256_text,
-)
-from fi_patcher.registry import fit
+from fi_patcher.recognise import Unrecognised, locate, sha256_bytes, sha256_text
+from fi_patcher.registry import expected, span
 
 
 def assess(
@@ -48,39 +42,62 @@ def assess(
     *,
     busy: Holder | None = None,
     unreadable: str | None = None,
+    registry: Sequence[Patch] = (),
 ) -> Assessment:
-    """The state of every patch in `patches`, given the installed distribution, the bytes of its
-    target files (None: missing), fi-patch's records of them, and the fi-patch holding the
-    environment's lock now, if any (a write under way is then not an interrupted one). With
-    `unreadable` (why fi-patch's records could not be read), a file that is fi-patch's text over
-    FlashInfer's original is patched by its hashes alone, and the reason is kept as a warning."""
+    """The state of every patch in `patches`, given the installed distribution, the bytes of
+    the files the patches may work on (None: missing), fi-patch's records of them, and the
+    fi-patch holding the environment's lock now, if any (a write under way is then not an
+    interrupted one). `registry` (every patch; `patches` where empty) says which patches apply
+    here at all, for the requirements. With `unreadable` (why fi-patch's records could not be
+    read), a file that is fi-patch's text over FlashInfer's original is patched by its hashes
+    alone, and the reason is kept as a warning."""
     if installed is None:
         states = tuple(
             PatchState(p, State.NOT_INSTALLED, f"{p.distribution} is not installed")
             for p in patches
         )
         return Assessment(None, states, {}, busy, _warned(unreadable))
-    fits = {p.id: fit(p, installed.version) for p in patches}
+    version = installed.version
+    readings = {relpath: read(relpath, data) for relpath, data in sources.items()}
+    placed = {p.id: where(p, readings, version) for p in (registry or patches)}
+    placed |= {p.id: where(p, readings, version) for p in patches if p.id not in placed}
+    fits = {i: identify(p, readings.get(p.target), version) for i, p in placed.items()}
+    chosen = [placed[p.id] for p in patches]
     members: dict[str, list[tuple[Patch, Fit]]] = {}
-    for patch in patches:
-        if fits[patch.id].verdict is not Verdict.NOT_APPLICABLE:
+    for patch in chosen:
+        recorded = patch.id in _recorded(records.get(patch.target), version)
+        if fits[patch.id].verdict is not Verdict.NOT_APPLICABLE or recorded:
             members.setdefault(patch.target, []).append((patch, fits[patch.id]))
     files = {
         relpath: file_state(
             installed.files[relpath],
             sources.get(relpath),
-            _current(records.get(relpath), installed.version),
+            _current(records.get(relpath), version),
             group,
-            upgraded=_stale(records.get(relpath), installed.version),
+            upgraded=_stale(records.get(relpath), version),
             busy=busy,
+            reading=readings.get(relpath),
         )
         for relpath, group in members.items()
     }
     states = tuple(
-        _by_hashes(patch_state(p, fits[p.id], files.get(p.target), installed.version), unreadable)
-        for p in patches
+        _by_hashes(patch_state(p, fits[p.id], files.get(p.target), version), unreadable)
+        for p in chosen
     )
-    return Assessment(installed, states, files, busy, _warned(unreadable))
+    applicable = frozenset(i for i, f in fits.items() if f.verdict is not Verdict.NOT_APPLICABLE)
+    return Assessment(
+        installed,
+        states,
+        files,
+        busy,
+        _warned(unreadable),
+        applicable=applicable | {i for f in files.values() for i in f.applied},
+        none_found=all(data is None for data in sources.values()),
+    )
+
+
+def _recorded(record: FileRecord | None, version: str) -> tuple[str, ...]:
+    return record.ids if record is not None and record.version == version else ()
 
 
 def _warned(unreadable: str | None) -> tuple[str, ...]:
@@ -155,10 +172,11 @@ def file_state(
     *,
     upgraded: FileRecord | None = None,
     busy: Holder | None = None,
+    reading: Reading | None = None,
 ) -> FileState:
-    """What one target file is. `members` are the patches that target it, with how they fit the
-    installed version (in range, or unknown); `record` is fi-patch's record of this release's
-    file, `upgraded` its record of a release installed before this one."""
+    """What one target file is. `members` are the patches that work on it, with what each
+    found in it (`identify`); `record` is fi-patch's record of this release's file, `upgraded`
+    its record of a release installed before this one."""
     base = FileState(file.relpath, file.path, "drifted", "", upgraded=upgraded)
     if source is None:
         return replace(base, condition="absent", reason=f"{file.path} is absent")
@@ -176,11 +194,8 @@ def file_state(
         return replace(state, condition="patched", reason=_patched_reason(settled, busy))
     if not file.recorded:
         return replace(state, condition="unrecorded", reason=f"RECORD does not list {file.path}")
-    try:
-        text = source.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return replace(state, reason=f"{file.path} is not UTF-8 ({exc.reason})")
-    found = _original_or_drifted(state, text, file, members)
+    reading = reading or read(file.relpath, source)
+    found = _original_or_drifted(state, reading, file, members)
     if found.condition == "drifted" and settled.record is not None:
         written = settled.record.sha256
         return replace(
@@ -205,8 +220,9 @@ def install_problem(assessment: Assessment) -> FiPatchError | None:
         f"{installed.name}=={installed.version}"
     )
     for state in assessment.patches:
-        file, how = state.file, state.fit
-        if file is None or how is None or how.verdict is not Verdict.IN_RANGE:
+        file = state.file
+        by_version = expected(state.patch, installed.version)
+        if file is None or by_version.verdict is not Verdict.KNOWN:
             continue
         if file.condition == "absent":
             return LayoutProblem(
@@ -219,10 +235,11 @@ def install_problem(assessment: Assessment) -> FiPatchError | None:
                 "fi-patch writes only files the installer recorded",
                 remedy=reinstall,
             )
-    unknown = [s for s in assessment.patches if s.fit and s.fit.verdict is Verdict.UNKNOWN]
-    absent = [s for s in unknown if s.file is not None and s.file.condition == "absent"]
-    if absent and len(absent) == len(assessment.patches):
-        missing = ", ".join(sorted({s.patch.target for s in absent}))
+    outside = all(
+        expected(s.patch, installed.version).verdict is Verdict.UNKNOWN for s in assessment.patches
+    )
+    if assessment.none_found and outside and assessment.patches:
+        missing = ", ".join(sorted({t for s in assessment.patches for t in s.patch.targets}))
         return Unsupported(
             f"{installed.name} {installed.version} is outside every known range, and has "
             f"none of the files these patches work on ({missing}): a layout fi-patch does "
@@ -235,61 +252,65 @@ def install_problem(assessment: Assessment) -> FiPatchError | None:
 
 def _original_or_drifted(
     state: FileState,
-    text: str,
+    reading: Reading,
     file: InstalledFile,
     members: Sequence[tuple[Patch, Fit]],
 ) -> FileState:
-    tree = parse(text)
-    if isinstance(tree, Unrecognised):
-        return replace(state, reason=tree.reason)
-    shapes: dict[str, Shape] = {}
-    unmatched: list[FileState] = []
-    for patch, how in members:
-        unknown = how.verdict is Verdict.UNKNOWN
-        candidates = patch.shapes if unknown else (how.shape,) if how.shape else ()
-        matched = recognise_in(tree, text, patch, candidates, structural=unknown)
-        if isinstance(matched, Match):
-            shapes[patch.id] = matched.shape
-            continue
-        refused = replace(
-            state, reason=_unrecognised_reason(text, patch, matched), found=matched.found
-        )
-        if not unknown:
-            return _hand_patched(refused, text, file, members) or refused
-        unmatched.append(refused)
-    if not shapes:
-        return unmatched[0]
+    """FlashInfer's original where the bytes are RECORD's, whatever the functions hold (a text
+    fi-patch does not know is the patch's `unknown`, never the file's drift); else the usual
+    fix made by hand, or drifted."""
+    shapes = {p.id: f.shape for p, f in members if f.verdict is Verdict.KNOWN and f.shape}
     state = replace(state, shapes=shapes)
     record_sha = file.record_sha256
-    if record_sha is not None and state.sha256 != record_sha:
-        functions = [p.function for p, _ in members if p.id in shapes]
-        verb = "is" if len(functions) == 1 else "are"
+    if record_sha is None or state.sha256 == record_sha:
+        return replace(state, condition="original", reason="FlashInfer's original bytes")
+    if reading.text is None or reading.tree is None:
+        return replace(state, reason=reading.problem)
+    hand = _hand_patched(state, reading.text, file, members)
+    if hand is not None:
+        return hand
+    changed = f"(sha256 {(state.sha256 or '')[:12]}…, RECORD {record_sha[:12]}…)"
+    unknown = [p for p, f in members if f.verdict is Verdict.UNKNOWN]
+    if unknown:
+        patch = unknown[0]
+        located = locate(reading.tree, reading.text, patch.function)
+        found = located[1] if not isinstance(located, Unrecognised) else None
         return replace(
             state,
-            reason=f"{', '.join(functions)} {verb} the original, but the file differs from RECORD "
-            f"elsewhere (sha256 {(state.sha256 or '')[:12]}…, RECORD {record_sha[:12]}…)",
+            reason=f"{file.path} changed since it was installed {changed}: "
+            + _unrecognised_reason(reading.text, patch),
+            found=found,
         )
-    return replace(state, condition="original", reason="FlashInfer's original bytes")
+    functions = [p.function for p, _ in members if p.id in shapes]
+    verb = "is" if len(functions) == 1 else "are"
+    return replace(
+        state,
+        reason=f"{', '.join(functions)} {verb} the original, but the file differs from RECORD "
+        f"elsewhere {changed}",
+    )
 
 
 def _hand_patched(
     state: FileState, text: str, file: InstalledFile, members: Sequence[tuple[Patch, Fit]]
 ) -> FileState | None:
-    """The file as someone patched it by hand: the usual fix of one or more patches, which,
-    taken out, leaves exactly FlashInfer's original (RECORD's hash)."""
+    """The file as someone patched it by hand: the usual fix of one or more patches (in any
+    of their shapes), which, taken out, leaves exactly FlashInfer's original (RECORD's hash)."""
     if file.record_sha256 is None or state.record is not None:
         return None
-    # Imported here: libcst is the slowest import of all, and only unknown texts get here.
+    # Imported here: libcst is the slowest import of all, and only changed files get here.
     from fi_patcher.codemod import take_out
 
-    known = [(p, f.shape) for p, f in members if f.verdict is Verdict.IN_RANGE and f.shape]
     original, hand, marked = text, list[str](), list[str]()
-    for patch, shape in known:
-        taken = take_out(original, patch, shape)
-        if taken is not None:
+    shapes = dict(state.shapes)
+    for patch, _ in members:
+        for shape in (s for s in patch.shapes if (s.target or patch.target) == file.relpath):
+            taken = take_out(original, patch, shape)
+            if taken is None:
+                continue
             if patch.marker_prefix in original:
                 marked.append(patch.id)
-            original, hand = taken, [*hand, patch.id]
+            original, hand, shapes[patch.id] = taken, [*hand, patch.id], shape
+            break
     if not hand or sha256_text(original) != file.record_sha256:
         return None
     return replace(
@@ -298,7 +319,7 @@ def _hand_patched(
         reason=f"{', '.join(hand)} made by hand (or by a fi-patch whose record is gone): taken "
         "out, the file is FlashInfer's original (RECORD's hash); `fi-patch apply` adopts it, "
         "keeping that original as its backup",
-        shapes={p.id: s for p, s in known},
+        shapes=shapes,
         hand=tuple(hand),
         marked=tuple(marked),
         rebuilt=original.encode("utf-8"),
@@ -306,13 +327,13 @@ def _hand_patched(
     )
 
 
-def _unrecognised_reason(text: str, patch: Patch, matched: Unrecognised) -> str:
+def _unrecognised_reason(text: str, patch: Patch) -> str:
     if patch.marker_prefix in text:
         return (
             f"{patch.function} carries fi-patch's {patch.id} lines, but fi-patch has no record "
             "of writing these bytes here, so it cannot restore the original"
         )
-    return matched.reason
+    return f"its {patch.function} is not a text fi-patch knows"
 
 
 def _patched_reason(settled: Settled, busy: Holder | None) -> str:
@@ -337,29 +358,29 @@ def _patched_reason(settled: Settled, busy: Holder | None) -> str:
 
 
 def patch_state(patch: Patch, how: Fit, file: FileState | None, version: str) -> PatchState:
-    """One patch's state, from how it fits the version and what its file is."""
+    """One patch's state, from what it found in its file (`how`) and what the file is."""
+    if file is not None and file.condition == "patched" and patch.id in file.applied:
+        assert file.record is not None
+        written = next(p for p in file.record.patches if p.id == patch.id)
+        reason = file.reason
+        if written.forced:
+            reason += (
+                f"; forced (apply --force) over a text fi-patch did not know, whose structure "
+                f"is shape {written.shape}'s"
+            )
+        return PatchState(patch, State.PATCHED, reason, how, patch.shape_named(written.shape), file)
     if how.verdict is Verdict.NOT_APPLICABLE:
         return PatchState(
             patch, State.NOT_APPLICABLE, f"not applicable: nothing to patch ({how.reason})", how
         )
     assert file is not None
     known = PatchState(patch, State.DRIFTED, file.reason, how, how.shape, file)
-    if file.condition == "patched" and patch.id in file.applied:
-        assert file.record is not None
-        written = next(p for p in file.record.patches if p.id == patch.id)
-        return replace(
-            known, state=State.PATCHED, reason=file.reason, shape=patch.shape_named(written.shape)
-        )
-    if how.verdict is Verdict.UNKNOWN and file.condition == "absent":
-        return replace(
-            known,
-            state=State.NOT_APPLICABLE,
-            reason=f"not applicable: nothing to patch ({how.reason}; {file.reason})",
-        )
+    if file.condition == "drifted":
+        return known
+    if file.condition == "hand-patched" and patch.id in file.hand:
+        return replace(known, state=State.HAND_PATCHED, shape=file.shapes.get(patch.id))
     if how.verdict is Verdict.UNKNOWN:
-        return replace(
-            known, reason=_unknown_reason(patch, how, file), shape=file.shapes.get(patch.id)
-        )
+        return replace(known, state=State.UNKNOWN, reason=unknown_reason(patch, how, file))
     if file.condition == "patched":
         return replace(
             known,
@@ -367,10 +388,6 @@ def patch_state(patch: Patch, how: Fit, file: FileState | None, version: str) ->
             reason=f"FlashInfer's original {patch.function} (shape {_shape(how)}), in a file "
             f"fi-patch patched with {', '.join(file.applied)}; needs apply",
         )
-    if file.condition == "drifted":
-        return known
-    if file.condition == "hand-patched" and patch.id in file.hand:
-        return replace(known, state=State.HAND_PATCHED)
     if file.condition == "hand-patched":
         return replace(
             known,
@@ -379,6 +396,29 @@ def patch_state(patch: Patch, how: Fit, file: FileState | None, version: str) ->
             f"with {', '.join(file.hand)} made by hand; needs apply",
         )
     return _original(known, patch, how, file, version)
+
+
+def unknown_reason(patch: Patch, how: Fit, file: FileState) -> str:
+    """A text fi-patch has never seen, in FlashInfer's own file: what it is, and what --force
+    would do with it."""
+    similar = how.structural
+    if similar is None:
+        force = (
+            "its structure matches no known shape either, so `apply --force` cannot patch it; "
+            "a fi-patch that knows this text can"
+        )
+    else:
+        force = (
+            f"its structure (its code without comments, layout or docstring) is shape "
+            f"{similar.name}'s ({span(similar.versions)}): `apply --force` writes that shape's "
+            "change and lets the proofs decide"
+        )
+    where = (
+        f"in a file fi-patch patched with {', '.join(file.applied)}"
+        if file.condition == "patched"
+        else "in FlashInfer's own file (RECORD's bytes)"
+    )
+    return f"{how.reason}, {where}; {force}"
 
 
 def _original(
@@ -415,16 +455,6 @@ def _original(
         state=State.PRISTINE,
         reason=f"FlashInfer's original {patch.function} (shape {_shape(how)}); needs apply",
     )
-
-
-def _unknown_reason(patch: Patch, how: Fit, file: FileState) -> str:
-    shape = file.shapes.get(patch.id)
-    if shape is not None and file.condition == "original":
-        return (
-            f"{how.reason}; its {patch.function} matches shape {shape.name} structurally, so "
-            "`apply --force` can patch it"
-        )
-    return f"{how.reason}; {file.reason}"
 
 
 def _in_progress(busy: Holder) -> str:

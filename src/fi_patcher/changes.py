@@ -20,13 +20,11 @@ from fi_patcher.model import (
     PatchRecord,
     Pending,
     Shape,
-    Verdict,
     Verification,
 )
-from fi_patcher.plan import FilePlan, RevertFile
+from fi_patcher.plan import FilePlan, RevertFile, recorded_shapes
 from fi_patcher.proofs import Preflight
 from fi_patcher.recognise import render_diff, sha256_bytes
-from fi_patcher.registry import fit
 from fi_patcher.store import Change, backup_name
 
 
@@ -47,7 +45,7 @@ def apply_change(
     after: bytes = current
     shapes: Mapping[str, Shape] = {}
     if file.writes:
-        after, shapes = compose(original, file.patches, installed.version, forced)
+        after, shapes = compose(original, file.patches, file.shapes, forced)
     existing = {p.id: p for p in state.record.patches} if state.record else {}
     verification: Verification = "pending" if verify else "skipped"
     now = datetime.now(UTC).isoformat(timespec="seconds")
@@ -77,13 +75,14 @@ def apply_change(
     )
 
 
-def revert_change(file: RevertFile, current: bytes | None, original: bytes, version: str) -> Change:
+def revert_change(file: RevertFile, current: bytes | None, original: bytes) -> Change:
     """The write that leaves `file` with the patches that remain: its original rebuilt with
     them, or the original itself."""
     record = file.settled
     assert record is not None
     forced = frozenset(p.id for p in record.patches if p.forced)
-    after = compose(original, file.remaining, version, forced)[0] if file.remaining else original
+    shapes = recorded_shapes(record, file.remaining)
+    after = compose(original, file.remaining, shapes, forced)[0] if file.remaining else original
     kept = tuple(p for p in record.patches if p.id not in file.removing)
     before = current or b""
     pending = Pending("revert", kept, sha256_bytes(after), sha256_bytes(before))
@@ -110,20 +109,19 @@ def restore_change(state: FileState, change: Change, original: bytes) -> Change:
 
 
 def compose(
-    original: bytes, patches: Sequence[Patch], version: str, forced: frozenset[str]
+    original: bytes,
+    patches: Sequence[Patch],
+    shapes: Mapping[str, Shape],
+    forced: frozenset[str],
 ) -> tuple[bytes, Mapping[str, Shape]]:
-    """The original with `patches` applied in registry order, and the shape each matched."""
+    """The original with `patches` applied in registry order, each in its shape of `shapes`
+    (matched by its exact text, or by its structure where it was forced)."""
     # Imported here: libcst is the slowest import of all, and only writing needs it.
     from fi_patcher.codemod import Composed
     from fi_patcher.codemod import compose as composed
 
-    steps = []
-    structural = False
-    for patch in patches:
-        how = fit(patch, version)
-        unknown = how.verdict is Verdict.UNKNOWN or patch.id in forced
-        structural = structural or unknown
-        steps.append((patch, patch.shapes if unknown or how.shape is None else (how.shape,)))
+    steps = [(p, (shapes[p.id],) if p.id in shapes else p.shapes) for p in patches]
+    structural = any(p.id in forced for p in patches)
     result = composed(original.decode("utf-8"), steps, __version__, structural=structural)
     if not isinstance(result, Composed):
         raise Drifted(

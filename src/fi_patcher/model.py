@@ -21,6 +21,8 @@ class State(enum.StrEnum):
     PATCHED = "patched"
     WIPED = "wiped"
     HAND_PATCHED = "hand-patched"
+    UNKNOWN = "unknown"
+    """The file is FlashInfer's (RECORD's bytes), but the function's text is none fi-patch knows."""
     DRIFTED = "drifted"
 
 
@@ -51,6 +53,12 @@ class InsertFirst:
     definitions: Mapping[str, str] = field(default_factory=dict)
     """Module-level statements placed after the function, by the same names as `texts`; none
     where empty."""
+    also_requires: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Names one text (by name) uses besides `requires_names`."""
+
+    def names_for(self, text: str | None) -> tuple[str, ...]:
+        """Every module-level name the statements of `text` use."""
+        return (*self.requires_names, *self.also_requires.get(text or "", ()))
 
     kind = "insert-first"
 
@@ -88,10 +96,28 @@ class Shape:
 
 @dataclass(frozen=True)
 class Exemption:
-    """Releases where the patch has nothing to do, and why."""
+    """Where the patch has nothing to do, and why, told by the file itself: the file has no
+    top-level function `absent`, or defines `defines`, or the patch's function is one of the
+    already-fixed texts `function_sha256`. `versions` documents the releases where that is so,
+    and is the cross-check."""
 
     versions: SpecifierSet
     reason: str
+    absent: str | None = None
+    defines: str | None = None
+    function_sha256: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Case:
+    """A real release, and what its files hold for a patch: a verdict, a shape where known, and
+    why the case is worth keeping. tests/test_registry.py checks each against the release."""
+
+    version: str
+    verdict: str
+    """known, not-applicable or unknown (`Verdict`'s values)."""
+    shape: str | None
+    why: str
 
 
 @dataclass(frozen=True)
@@ -132,6 +158,7 @@ class Patch:
     requires: Requirements = field(default_factory=Requirements)
     preflight: tuple[str, ...] = ()
     """Named checks the pre-flight runs before this patch is written (`cuda-toolkit`)."""
+    cases: tuple[Case, ...] = ()
 
     def marker(self, tool_version: str) -> str:
         return f"# fi-patch: {self.id} (fi-patch {tool_version})"
@@ -163,18 +190,28 @@ class PatchSet:
 
 
 class Verdict(enum.StrEnum):
-    IN_RANGE = "in-range"
+    KNOWN = "known"
+    """The function's text is a known shape's."""
     NOT_APPLICABLE = "not-applicable"
     UNKNOWN = "unknown"
+    """A text fi-patch has never seen (or, for a version, one outside every range)."""
 
 
 @dataclass(frozen=True)
 class Fit:
-    """How a patch fits an installed version: the shape it selects, and why (or why none)."""
+    """What a patch finds in the installed files (`identify`), or what the version's ranges
+    name (`registry.expected`): the shape, or why there is none."""
 
     verdict: Verdict
     shape: Shape | None
     reason: str
+    note: str | None = None
+    """Where the version's ranges name something else than the files hold: what they hold."""
+    structural: Shape | None = None
+    """For an unknown text: the known shape whose structure (`ast`, without comments, layout or
+    docstring) it has, which `apply --force` may write."""
+    hashes: tuple[str, str] | None = None
+    """For an unknown text: (sha256 of its text, sha256 of its structure)."""
 
 
 # --- the target environment ---------------------------------------------------------------------
@@ -373,6 +410,11 @@ class PatchState:
     file: FileState | None = None
 
     @property
+    def note(self) -> str | None:
+        """What the version's ranges would have said otherwise (the files decide)."""
+        return self.fit.note if self.fit is not None else None
+
+    @property
     def interrupted(self) -> Command | None:
         return self.file.interrupted if self.file is not None else None
 
@@ -389,3 +431,7 @@ class Assessment:
     warnings: tuple[str, ...] = ()
     imported_instead: Imported | None = None
     """The copy a normal start imports, where it is not the one fi-patch works on."""
+    applicable: frozenset[str] = frozenset()
+    """The patches of the registry that apply here, told by the files (or in place already)."""
+    none_found: bool = False
+    """None of the files any patch works on exists: a layout fi-patch may not know."""

@@ -8,7 +8,7 @@ writes and proves it. Every refusal is raised here, before the first write.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -27,10 +27,10 @@ from fi_patcher.model import (
     Patch,
     PatchSet,
     PatchState,
+    Shape,
     State,
-    Verdict,
 )
-from fi_patcher.registry import known, load_patches, located, required_at
+from fi_patcher.registry import known, load_patches, required
 
 StepAction = Literal["add", "finish", "already-applied", "not-applicable", "left-out"]
 """finish: prove and record the bytes an interrupted run left."""
@@ -48,6 +48,9 @@ class Step:
     action: StepAction
     reason: str = ""
     forced: bool = False
+    shape: Shape | None = None
+    """For add: the shape whose change is written (under --force, the one it matches by
+    structure)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class FilePlan:
     patches: tuple[Patch, ...]
     """Every patch the file holds afterwards, in registry order."""
     adding: tuple[Patch, ...]
+    shapes: Mapping[str, Shape] = field(default_factory=dict)
+    """The shape of each of `patches`, by patch id: the change each writes."""
 
     @property
     def writes(self) -> bool:
@@ -87,7 +92,8 @@ def plan_apply(
     left_out: Mapping[str, str] | None = None,
 ) -> ApplyPlan:
     """The steps for every chosen patch, and the files to write. Refuses (raises) when a chosen
-    patch's file is drifted, or its version unknown (without --force, or without a known shape)."""
+    patch's file is drifted, or its function a text fi-patch does not know (without --force, or
+    without a known shape of the same structure)."""
     assert assessment.installed is not None
     installed = assessment.installed
     steps = [
@@ -116,12 +122,11 @@ def _step(
         unfinished = file.interrupted is not None or file.unproven
         return Step(patch, "finish" if unfinished else "already-applied", state.reason)
     if state.state in (State.PRISTINE, State.WIPED, State.HAND_PATCHED):
-        return Step(patch, "add", state.reason)
+        return Step(patch, "add", state.reason, shape=state.shape)
     assert file is not None and state.fit is not None
-    if state.fit.verdict is not Verdict.UNKNOWN:
-        return refusal(state, installed)
-    if force and file.condition == "original" and state.shape is not None:
-        return Step(patch, "add", state.reason, forced=True)
+    similar = state.fit.structural
+    if force and state.state is State.UNKNOWN and similar is not None:
+        return Step(patch, "add", state.reason, forced=True, shape=similar)
     return refusal(state, installed)
 
 
@@ -135,7 +140,8 @@ def _requirements(steps: list[Step], assessment: Assessment, chosen: PatchSet) -
     for step in steps:
         if step.action == "add":
             adding = {s.patch.id for s in checked if s.action == "add"}
-            missing = [r for r in required_at(step.patch, version) if r not in present | adding]
+            needed = required(step.patch, assessment.applicable)
+            missing = [r for r in needed if r not in present | adding]
             if missing and chosen.explicit:
                 raise RequirementUnmet(
                     f"{step.patch.id} requires {', '.join(missing)} in {version}, which is not "
@@ -151,19 +157,29 @@ def _requirements(steps: list[Step], assessment: Assessment, chosen: PatchSet) -
 
 
 def _files(steps: Sequence[Step], assessment: Assessment) -> list[FilePlan]:
-    assert assessment.installed is not None
-    version = assessment.installed.version
-    registry = [located(p, version) for p in load_patches()]
+    registry = load_patches()
     plans = []
     for relpath, file in assessment.files.items():
-        adding = [s.patch for s in steps if s.action == "add" and s.patch.target == relpath]
+        adding = [s for s in steps if s.action == "add" and s.patch.target == relpath]
         finishing = any(s.action == "finish" and s.patch.target == relpath for s in steps)
         if not adding and not finishing:
             continue
-        held = set(file.applied) | {p.id for p in adding}
-        patches = tuple(p for p in registry if p.id in held)
-        plans.append(FilePlan(file, patches, tuple(adding)))
+        held = set(file.applied) | {s.patch.id for s in adding}
+        patches = tuple(replace(p, target=relpath) for p in registry if p.id in held)
+        shapes = recorded_shapes(file.record, patches) | {
+            s.patch.id: s.shape for s in adding if s.shape is not None
+        }
+        plans.append(FilePlan(file, patches, tuple(s.patch for s in adding), shapes))
     return plans
+
+
+def recorded_shapes(record: FileRecord | None, patches: Sequence[Patch]) -> dict[str, Shape]:
+    """The shape each of `patches` was written in, as the record names it."""
+    if record is None:
+        return {}
+    by_id = {p.id: p for p in patches}
+    found = {r.id: by_id[r.id].shape_named(r.shape) for r in record.patches if r.id in by_id}
+    return {i: shape for i, shape in found.items() if shape is not None}
 
 
 def refusal(state: PatchState, installed: Installed) -> FiPatchError:
@@ -173,17 +189,27 @@ def refusal(state: PatchState, installed: Installed) -> FiPatchError:
     details = [
         f"installed: {installed.name} {installed.version}",
         f"file: {file.path}",
+        f"function: {state.patch.function}",
         f"known: {known(state.patch)}",
     ]
+    hashes = state.fit.hashes
+    if hashes is not None:
+        details += [f"text sha256: {hashes[0]}", f"structure sha256: {hashes[1]}"]
     if file.found is not None:
         found = file.found
         details.append(f"found at lines {found.start}-{found.end}:")
         details.extend("    " + line for line in found.text.rstrip("\n").splitlines())
-    if state.fit.verdict is Verdict.UNKNOWN:
+    if state.state is State.UNKNOWN:
+        similar = state.fit.structural
         return Unsupported(
             f"refusing to patch: {state.reason}",
-            remedy="`apply --force` patches an unknown version only where its function matches "
-            "a known shape exactly; otherwise install a release inside the known ranges",
+            remedy=(
+                f"`fi-patch apply --force` writes shape {similar.name}'s change, proves it and "
+                "rolls back what the proof does not pass"
+                if similar is not None
+                else "install a release fi-patch knows (`fi-patch list`), or a fi-patch that "
+                "knows this text"
+            ),
             details=tuple(details),
         )
     return Drifted(
@@ -296,7 +322,7 @@ def _revert_file(
     if not removing:
         return RevertFile(record, path, "keep", state=state)
     remaining = tuple(
-        located(p, installed.version)
+        replace(p, target=record.relpath)
         for p in load_patches()
         if p.id in settled.ids and p.id not in removing
     )
@@ -325,9 +351,8 @@ def _revert_refusals(file: RevertFile, current: bytes | None, force: bool) -> li
                 "bytes anyway, overwriting whatever is there now",
             )
         )
-    version = settled.version
     for patch in file.remaining:
-        needed = [r for r in required_at(patch, version) if r in file.removing]
+        needed = [r for r in required(patch, settled.ids) if r in file.removing]
         if needed:
             refusals.append(
                 RequirementUnmet(

@@ -7,6 +7,7 @@ engine in `codemod`, whose import costs more than the rest.
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,7 +73,8 @@ def recognise_in(
             f"the {kind} of {patch.function} is not one fi-patch knows ({_shape_names(shapes)})",
             found,
         )
-    needed = patch.operation.requires_names if isinstance(patch.operation, InsertFirst) else ()
+    operation = patch.operation
+    needed = operation.names_for(shape.text) if isinstance(operation, InsertFirst) else ()
     missing = [name for name in needed if name not in _module_names(tree)]
     if missing:
         return Unrecognised(
@@ -99,6 +101,27 @@ def locate(
     return node, FunctionSpan(start, end, span_text)
 
 
+def structure_sha256(node: ast.FunctionDef) -> str:
+    """sha256 of the function's structure: `ast.unparse` of it without its docstring, so that
+    comments, layout and the docstring do not count (decorators, signature and code do)."""
+    body = node.body
+    first = body[0] if body else None
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        body = body[1:] or [ast.Pass()]
+    bare = copy.copy(node)
+    bare.body = body
+    return sha256_text(ast.unparse(bare))
+
+
+def defines(tree: ast.Module, function: str) -> bool:
+    """Whether the module defines `function` at top level."""
+    return any(isinstance(n, ast.FunctionDef) and n.name == function for n in tree.body)
+
+
 def render_diff(before: str, after: str, path: str) -> str:
     """A unified diff with three lines of context, as `git diff` shows it."""
     import difflib  # only writing and --dry-run show diffs
@@ -121,7 +144,7 @@ def _match_node(
         if raw in shape.function_sha256:
             return shape
     if structural:
-        normalized = sha256_text(ast.unparse(node))
+        normalized = structure_sha256(node)
         for shape in shapes:
             if normalized == shape.structure_sha256:
                 return shape

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -18,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from fi_patcher.errors import UsageError
 from fi_patcher.model import (
+    Case,
     Exemption,
     Fit,
     InsertFirst,
@@ -80,12 +80,14 @@ def parse_patch(name: str, text: str) -> Patch:
             function=data["function"],
             operation=operation,
             shapes=shapes,
-            not_applicable=tuple(
-                Exemption(SpecifierSet(e["versions"]), e["reason"]) for e in data["not_applicable"]
-            ),
+            not_applicable=tuple(_parse_exemption(e) for e in data["not_applicable"]),
             proof=Proof(**data["proof"]),
             requires=_parse_requirements(data.get("requires", {})),
             preflight=tuple(data.get("preflight", ())),
+            cases=tuple(
+                Case(c["version"], c["verdict"], c.get("shape"), c["why"])
+                for c in data.get("cases", ())
+            ),
         )
     except (tomllib.TOMLDecodeError, KeyError, TypeError, InvalidSpecifier) as exc:
         raise RegistryError(f"patch file {name}: {exc!r}") from exc
@@ -98,10 +100,21 @@ def _parse_operation(data: dict[str, Any]) -> Operation:
     if kind == InsertFirst.kind:
         texts = {key: _statements(value) for key, value in data["texts"].items()}
         definitions = {key: _statements(v) for key, v in data.get("definitions", {}).items()}
-        return InsertFirst(texts, tuple(data["requires_names"]), definitions)
+        also = {key: tuple(v) for key, v in data.get("also_requires", {}).items()}
+        return InsertFirst(texts, tuple(data["requires_names"]), definitions, also)
     if kind == KeywordArguments.kind:
         return KeywordArguments(data["call"], int(data["positional"]))
     raise KeyError(f"operation kind {kind!r}")
+
+
+def _parse_exemption(data: dict[str, Any]) -> Exemption:
+    return Exemption(
+        versions=SpecifierSet(data["versions"]),
+        reason=data["reason"],
+        absent=data.get("absent"),
+        defines=data.get("defines"),
+        function_sha256=frozenset(data.get("function_sha256", ())),
+    )
 
 
 def _statements(text: str) -> str:
@@ -143,6 +156,21 @@ def _validate(name: str, patch: Patch) -> None:
             for s in patch.shapes
             if definitions and s.text not in definitions
         ]
+    for exemption in patch.not_applicable:
+        told = [exemption.absent, exemption.defines, exemption.function_sha256 or None]
+        if sum(t is not None for t in told) != 1:
+            problems.append(
+                f"not_applicable {span(exemption.versions)} must say one of absent, defines or "
+                "function_sha256: how the file itself tells it"
+            )
+    names = {s.name for s in patch.shapes}
+    for case in patch.cases:
+        if case.verdict not in {v.value for v in Verdict}:
+            problems.append(f"case {case.version}: no verdict {case.verdict!r}")
+        if (case.shape is not None) != (case.verdict == Verdict.KNOWN) or (
+            case.shape is not None and case.shape not in names
+        ):
+            problems.append(f"case {case.version}: a known verdict names one of its shapes")
     if not patch.proof.script.endswith(".py"):
         problems.append(f"proof script {patch.proof.script!r} is not a .py file")
     if problems:
@@ -161,12 +189,13 @@ def check_requirements(patches: Sequence[Patch]) -> None:
         seen.add(patch.id)
 
 
-def fit(patch: Patch, version: str) -> Fit:
-    """Pick the shape for an exact installed version, or say why there is none.
+def expected(patch: Patch, version: str) -> Fit:
+    """What the ranges name for an exact version: a shape, nothing to patch, or neither. The
+    files decide (`identify`); this is the cross-check, and what a broken install is judged by.
 
-    Pre-releases are never selected (`prereleases=False`: packaging 26 would otherwise admit
-    0.6.0rc1 into `>=0.4.0,<=0.7.4`); nobody has checked their text. A `.postN` release is
-    selected only where a range's bounds admit it (`<=0.7.4` does not admit 0.7.4.post1).
+    Pre-releases are in no range (`prereleases=False`: packaging 26 would otherwise admit
+    0.6.0rc1 into `>=0.4.0,<=0.7.4`), and a `.postN` release only where a range's bounds admit
+    it (`<=0.7.4` does not admit 0.7.4.post1). Local labels (`0.7.4+cu130`) are ignored.
     """
     try:
         parsed = Version(version)
@@ -177,27 +206,29 @@ def fit(patch: Patch, version: str) -> Fit:
             return Fit(Verdict.NOT_APPLICABLE, None, exemption.reason)
     for shape in patch.shapes:
         if shape.versions.contains(parsed, prereleases=False):
-            return Fit(Verdict.IN_RANGE, shape, f"shape {shape.name} ({span(shape.versions)})")
+            return Fit(Verdict.KNOWN, shape, f"shape {shape.name} ({span(shape.versions)})")
     return Fit(Verdict.UNKNOWN, None, f"{version} is outside every known range: {known(patch)}")
 
 
-def located(patch: Patch, version: str) -> Patch:
-    """The patch as it applies to one installed version: its `target` is the file that version
-    keeps the function in (the shape's own, where it names one)."""
-    shape = fit(patch, version).shape
-    if shape is None or shape.target is None or shape.target == patch.target:
-        return patch
-    return replace(patch, target=shape.target)
+def required(patch: Patch, applicable: Iterable[str]) -> tuple[str, ...]:
+    """The patches `patch` requires that apply here (`applicable`: the ids that do, by the
+    files): those must be in place with it."""
+    present = set(applicable)
+    return tuple(r for r in patch.requires.patches if r in present)
 
 
-def required_at(patch: Patch, version: str) -> tuple[str, ...]:
-    """The patches `patch` requires that apply to `version`: those must be in place with it."""
-    registry = {p.id: p for p in load_patches()}
-    return tuple(
-        r
-        for r in patch.requires.patches
-        if fit(registry[r], version).verdict is not Verdict.NOT_APPLICABLE
-    )
+def newest_named() -> Version:
+    """The newest release a range of the catalog names (the highest of its upper bounds)."""
+    ranges = [r for p in load_patches() for r in (*_shape_ranges(p), *_exempt_ranges(p))]
+    return max(Version(s.version) for r in ranges for s in r if s.operator in ("<=", "=="))
+
+
+def _shape_ranges(patch: Patch) -> list[SpecifierSet]:
+    return [s.versions for s in patch.shapes]
+
+
+def _exempt_ranges(patch: Patch) -> list[SpecifierSet]:
+    return [e.versions for e in patch.not_applicable]
 
 
 def known(patch: Patch) -> str:

@@ -22,11 +22,10 @@ from fi_patcher.model import (
     Installed,
     Interpreter,
     Patch,
-    Verdict,
 )
 from fi_patcher.options import Target
 from fi_patcher.recognise import sha256_bytes
-from fi_patcher.registry import fit, load_patches, located
+from fi_patcher.registry import load_patches
 from fi_patcher.store import Store
 
 
@@ -61,9 +60,9 @@ def inspect(
     """The target's state for `patches`. With `reading` (check), records fi-patch may not read
     (another user's) do not stop it: the files' hashes still answer."""
     distribution = patches[0].distribution
-    installed = find_installed(interpreter, distribution, {t for p in patches for t in p.targets})
-    if installed is not None:
-        patches = [located(p, installed.version) for p in patches]
+    registry = load_patches()
+    relpaths = {t for p in [*registry, *patches] for t in p.targets}
+    installed = find_installed(interpreter, distribution, relpaths)
     # The records live with the files: a venv's shared base copy has its own, in the base.
     owner = interpreter.prefix
     if installed is not None and not interpreter.owns(installed.dist_info):
@@ -76,15 +75,18 @@ def inspect(
         if not reading:
             raise
         records, unreadable = {}, exc.message
+    # Every file a patch may work on: which holds what is for the files to say (`identify`).
     sources: dict[str, bytes | None] = {}
     if installed is not None:
-        for patch in patches:
-            if fit(patch, installed.version).verdict is Verdict.NOT_APPLICABLE:
-                continue
-            if patch.target not in sources:
-                sources[patch.target] = _read(installed.files[patch.target].path)
+        sources = {r: _read(installed.files[r].path) for r in sorted(relpaths)}
     assessment = assess(
-        patches, installed, sources, records, busy=store.holder(), unreadable=unreadable
+        patches,
+        installed,
+        sources,
+        records,
+        busy=store.holder(),
+        unreadable=unreadable,
+        registry=registry,
     )
     return Inspection(assessment, sources, store)
 

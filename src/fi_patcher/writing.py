@@ -196,7 +196,7 @@ def _revert_write(inspection: Inspection, file: RevertFile, options: Options) ->
     options.progress(f"taking {', '.join(file.removing)} out of {file.path}")
     original = from_backup(inspection.store, file.settled, inspection.installed)
     current = inspection.sources.get(file.record.relpath)
-    change = revert_change(file, current, original, inspection.installed.version)
+    change = revert_change(file, current, original)
     return Write(change, file.remaining)
 
 

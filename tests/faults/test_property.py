@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from fi_patcher import __version__
 from fi_patcher.codemod import Composed, Unrecognised, compose
-from fi_patcher.registry import fit, load_patches
-from tests.support.expected import OWN_LINES
+from fi_patcher.registry import load_patches
+from tests.support.expected import OWN_LINES, shape_of
 from tests.support.hashes import function_hashes
 from tests.support.releases import RELEASES, released_text
 
@@ -98,7 +98,7 @@ def parses(text: str) -> bool:
 @pytest.mark.parametrize("version", ["0.2.14.post1", "0.7.4"])
 def test_mutations_are_patched_correctly_or_refused(version: str) -> None:
     original = released_text(RELEASES[version]).decode("utf-8")
-    shape = fit(PATCH, version).shape
+    shape = shape_of(PATCH.id, version)
     assert shape is not None
 
     @settings(

@@ -10,8 +10,9 @@ import ast
 from collections.abc import Iterable
 
 from fi_patcher import __version__
-from fi_patcher.model import InsertFirst, KeywordArguments
-from fi_patcher.registry import load_patches, located
+from fi_patcher.model import InsertFirst, KeywordArguments, Shape
+from fi_patcher.registry import expected as by_version
+from fi_patcher.registry import load_patches
 from tests.support.releases import CUDA, RELEASES, TARGET, released_text
 
 PATCHES = {p.id: p for p in load_patches()}
@@ -20,9 +21,16 @@ _Edit = tuple[int, int, list[str]]
 """(0-based line, lines replaced, new lines)."""
 
 
+def shape_of(patch: str, version: str) -> Shape | None:
+    """The shape `patch` has in `version`: the release's own, as `RELEASES` names it."""
+    return PATCHES[patch].shape_named(RELEASES[version].shapes.get(patch, ""))
+
+
 def target_of(patch: str, version: str) -> str:
     """The file `patch` writes in `version` (fp4_quantize moved in 0.6.7)."""
-    return located(PATCHES[patch], version).target
+    registered = PATCHES[patch]
+    shape = shape_of(patch, version) or by_version(registered, version).shape
+    return shape.target or registered.target if shape is not None else registered.target
 
 
 def files_of(version: str) -> list[str]:

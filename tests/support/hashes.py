@@ -1,11 +1,12 @@
 """The two hashes the registry keys a function by, computed the way docs/patches.md says: sha256
-of the exact lines from the first decorator to the last line, and of its `ast.unparse` form."""
+of the exact lines from the first decorator to the last line, and of its structure (`ast.unparse`
+without its docstring)."""
 
 from __future__ import annotations
 
 import ast
 
-from fi_patcher.recognise import Unrecognised, locate, sha256_text
+from fi_patcher.recognise import Unrecognised, locate, sha256_text, structure_sha256
 
 
 def function_hashes(text: str, function: str) -> tuple[str, str] | None:
@@ -18,4 +19,4 @@ def function_hashes(text: str, function: str) -> tuple[str, str] | None:
     if isinstance(located, Unrecognised):
         return None
     node, found = located
-    return sha256_text(found.text), sha256_text(ast.unparse(node))
+    return sha256_text(found.text), structure_sha256(node)

@@ -45,7 +45,8 @@ class Release:
     """The shape of each patch the registry applies to this release, by patch id."""
     sha256_prefixes: Mapping[str, str] = field(default_factory=dict, hash=False)
     """sha256[:12] of released files, by relpath: cpp_ext.py, and the file that defines
-    fp4_quantize where there is one (from ../shared/research/flashinfer.md)."""
+    fp4_quantize where there is one (from ../shared/research/flashinfer.md; those of 0.2.8's
+    fp4_quantization.py and of the pre-releases taken from the archives the index verified)."""
 
     @property
     def filename(self) -> str:
@@ -56,8 +57,13 @@ class Release:
 RELEASES = {
     r.version: r
     for r in (
-        # The last release without fp4_quantize: nothing applies.
-        Release("0.2.8", "sdist", {}, {TARGET: "4ed16c8d490e"}),
+        # The last five-parameter fp4_quantize (0.2.6 - 0.2.8): no get_cuda_version yet.
+        Release(
+            "0.2.8",
+            "sdist",
+            {OP_BOUNDARY: "0.2.6"},
+            {TARGET: "4ed16c8d490e", FP4_OLD: "7e7e27cd9dd5"},
+        ),
         # The first release with fp4_quantize: no get_cuda_version yet, six parameters.
         Release(
             "0.2.9",
@@ -172,10 +178,30 @@ RELEASES = {
             {CUDA: "B", UNDER_COMPILE: "0.7.4"},
             {TARGET: "6cc6c732ac5b", FP4: "d39602926b0b"},
         ),
-        # A real pre-release: outside every range, yet its function is shape B.
-        Release("0.6.0rc1", "wheel"),
+        # Real pre-releases: outside every range, yet their functions are known shapes.
+        Release(
+            "0.6.0rc1",
+            "wheel",
+            {CUDA: "B", OP_BOUNDARY: "0.6.0"},
+            {TARGET: "78e065fa92fb", FP4_OLD: "02d33fd66802"},
+        ),
+        Release(
+            "0.7.2rc6",
+            "wheel",
+            {CUDA: "B", UNDER_COMPILE: "0.7.1"},
+            {TARGET: "6cc6c732ac5b", FP4: "381d31faa7e6"},
+        ),
     )
 }
+
+
+def release(version: str) -> Release:
+    """Any release on the index: the one `RELEASES` describes, or else its universal wheel, or
+    else its sdist."""
+    if version in RELEASES:
+        return RELEASES[version]
+    wheel = Release(version, "wheel")
+    return wheel if wheel.filename in _index() else Release(version, "sdist")
 
 
 @cache

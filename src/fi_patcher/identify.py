@@ -1,0 +1,165 @@
+"""What each patch finds in the installed files, told by their content: its function in a known
+shape, nothing to patch, or a text fi-patch has never seen. Pure: `ast` and hashes only.
+
+The version is a cross-check (`registry.expected`): where its ranges name something else than
+the files hold, the `Fit` carries a note saying what they hold, and the files decide.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from packaging.version import InvalidVersion, Version
+
+from fi_patcher.model import Exemption, Fit, Patch, Shape, Verdict
+from fi_patcher.recognise import (
+    Match,
+    Unrecognised,
+    defines,
+    locate,
+    parse,
+    recognise_in,
+    sha256_text,
+    structure_sha256,
+)
+from fi_patcher.registry import expected, span
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One file as read, parsed once for every patch that looks at it."""
+
+    relpath: str
+    text: str | None
+    """None: the file is absent, or not UTF-8."""
+    tree: ast.Module | None
+    problem: str = ""
+    """Why there is no text or no tree."""
+
+    @property
+    def absent(self) -> bool:
+        return self.problem == f"{self.relpath} is absent"
+
+
+def read(relpath: str, source: bytes | None) -> Reading:
+    if source is None:
+        return Reading(relpath, None, None, f"{relpath} is absent")
+    try:
+        text = source.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return Reading(relpath, None, None, f"{relpath} is not UTF-8 ({exc.reason})")
+    tree = parse(text)
+    if isinstance(tree, Unrecognised):
+        return Reading(relpath, text, None, f"{relpath} is {tree.reason}")
+    return Reading(relpath, text, tree)
+
+
+def where(patch: Patch, readings: Mapping[str, Reading], version: str) -> Patch:
+    """The patch with `target` set to the file that holds its function: the first of its
+    targets that defines it at top level. Where none does, the file its version's shape names,
+    or else its own file if it exists, or the first that exists."""
+    held = [r for r in (readings.get(t) for t in patch.targets) if r is not None]
+    found = [r.relpath for r in held if r.tree is not None and defines(r.tree, patch.function)]
+    shape = expected(patch, version).shape
+    existing = [r.relpath for r in held if not r.absent]
+    named = [shape.target or patch.target] if shape is not None else []
+    choice = [*found, *named, *(t for t in existing if t == patch.target), *existing]
+    return replace(patch, target=choice[0]) if choice else patch
+
+
+def identify(patch: Patch, reading: Reading | None, version: str) -> Fit:
+    """What `patch` (as `where` placed it) finds in its file."""
+    relpath = patch.target
+    by_version = expected(patch, version)
+    reading = reading or read(relpath, None)
+    if reading.absent:
+        # A file that is not there has none of the functions an exemption may name.
+        exemption = next((e for e in patch.not_applicable if e.absent is not None), None)
+        return _nothing(patch, exemption, by_version, version, reading.problem)
+    if reading.text is None or reading.tree is None:
+        return Fit(Verdict.UNKNOWN, None, reading.problem)
+    tree, text = reading.tree, reading.text
+    if not defines(tree, patch.function):
+        exemption = next((e for e in patch.not_applicable if e.absent == patch.function), None)
+        return _nothing(patch, exemption, by_version, version, f"no {patch.function} in {relpath}")
+    located = locate(tree, text, patch.function)
+    if isinstance(located, Unrecognised):
+        return Fit(Verdict.UNKNOWN, None, located.reason)
+    node, found = located
+    raw = sha256_text(found.text)
+    mine = [s for s in patch.shapes if (s.target or patch.target) == relpath]
+    exact = [s for s in mine if raw in s.function_sha256]
+    if by_version.shape in exact:
+        exact = [by_version.shape, *(s for s in exact if s is not by_version.shape)]
+    if exact:
+        matched = recognise_in(tree, text, patch, exact, structural=False)
+        if isinstance(matched, Match):
+            return Fit(
+                Verdict.KNOWN,
+                matched.shape,
+                f"shape {matched.shape.name} ({span(matched.shape.versions)})",
+                note=_carries(patch, matched.shape, by_version, version),
+            )
+        return Fit(Verdict.UNKNOWN, None, matched.reason)
+    for exemption in patch.not_applicable:
+        if _holds(exemption, tree, raw, patch.function):
+            return _nothing(patch, exemption, by_version, version, exemption.reason)
+    structure = structure_sha256(node)
+    similar = next((s for s in mine if s.structure_sha256 == structure), None)
+    return Fit(
+        Verdict.UNKNOWN,
+        None,
+        f"the text of {patch.function} is not one fi-patch knows (sha256 {raw[:12]}…)",
+        structural=similar,
+        hashes=(raw, structure),
+    )
+
+
+def _holds(exemption: Exemption, tree: ast.Module, raw: str, function: str) -> bool:
+    if raw in exemption.function_sha256:
+        return True
+    if exemption.defines is not None:
+        return defines(tree, exemption.defines)
+    return exemption.absent not in (None, function) and not defines(tree, exemption.absent or "")
+
+
+def _nothing(
+    patch: Patch, exemption: Exemption | None, by_version: Fit, version: str, told: str
+) -> Fit:
+    """Nothing to patch, told by the file. An exemption's own words where its range holds the
+    version (or where it says what the file holds, not since when); the file's fact otherwise."""
+    reason = told
+    if exemption is not None and (exemption.absent is None or _within(exemption, version)):
+        reason = exemption.reason
+    note = None
+    if by_version.verdict is Verdict.KNOWN and by_version.shape is not None:
+        note = (
+            f"{version} is in the range of shape {by_version.shape.name}, but its files hold "
+            f"nothing to patch ({told})"
+        )
+    return Fit(Verdict.NOT_APPLICABLE, None, reason, note=note)
+
+
+def _within(exemption: Exemption, version: str) -> bool:
+    try:
+        return exemption.versions.contains(Version(version), prereleases=False)
+    except InvalidVersion:
+        return False
+
+
+def _carries(patch: Patch, shape: Shape, by_version: Fit, version: str) -> str | None:
+    """The cross-check: None where the version's range names this very shape."""
+    if by_version.shape is not None and by_version.shape.name == shape.name:
+        return None
+    if by_version.verdict is Verdict.KNOWN and by_version.shape is not None:
+        said = f"its range names shape {by_version.shape.name}"
+    elif by_version.verdict is Verdict.NOT_APPLICABLE:
+        said = f"its range says nothing to patch ({by_version.reason})"
+    else:
+        said = "it is in no known range"
+    return (
+        f"{version} carries the {patch.function} of shape {shape.name} "
+        f"({span(shape.versions)}); {said}: the file decides"
+    )

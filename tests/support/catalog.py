@@ -1,0 +1,34 @@
+"""What each patch finds in a real release, by the release's own files: the same reading
+`check` makes (`fi_patcher.identify`), run on the files of the archive on the index. The
+parametrized test of every patch's `[[cases]]` and `scripts/catalog.py` both use it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fi_patcher.identify import identify, read, where
+from fi_patcher.model import Fit, Patch
+from fi_patcher.registry import load_patches
+from tests.support.releases import release, released_files
+
+
+@dataclass(frozen=True)
+class Found:
+    """One patch in one release: where its function is, and what it is."""
+
+    patch: Patch
+    """Placed at the file that holds its function (`where`)."""
+    fit: Fit
+
+
+def found_in(version: str) -> dict[str, Found]:
+    """Every patch of the registry, read in `version`'s released files, by patch id."""
+    files = released_files(release(version))
+    patches = load_patches()
+    relpaths = {t for p in patches for t in p.targets}
+    readings = {r: read(r, files.get(r)) for r in relpaths}
+    found = {}
+    for patch in patches:
+        placed = where(patch, readings, version)
+        found[patch.id] = Found(placed, identify(placed, readings.get(placed.target), version))
+    return found
