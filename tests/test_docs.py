@@ -64,3 +64,18 @@ def test_fault_table_names_every_fault_test() -> None:
     }
     assert documented == written
     assert len(written) >= 25
+
+
+def test_readme_ranges_are_the_catalogs() -> None:
+    """README.md's releases column of each patch spans its shapes' ranges, lowest to highest."""
+    from packaging.version import Version
+
+    text = README.read_text()
+    for patch in load_patches():
+        lows = [s.version for sh in patch.shapes for s in sh.versions if s.operator in (">=", "==")]
+        highs = [
+            s.version for sh in patch.shapes for s in sh.versions if s.operator in ("<=", "==")
+        ]
+        whole = f"{min(lows, key=Version)} \u2013 {max(highs, key=Version)}"
+        (row,) = re.findall(rf"^\| `{re.escape(patch.id)}` \|.*\| ([^|]+) \|$", text, re.M)
+        assert row == whole, patch.id

@@ -1,4 +1,4 @@
-"""Every command's --json output validates against docs/schema/output-v3.json."""
+"""Every command's --json output validates against docs/schema/output-v4.json."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.support.cli import fi_patch, patch_result
 from tests.support.releases import UNDER_COMPILE
 
 SCHEMA = json.loads(
-    (Path(__file__).resolve().parents[1] / "docs" / "schema" / "output-v3.json").read_text()
+    (Path(__file__).resolve().parents[1] / "docs" / "schema" / "output-v4.json").read_text()
 )
 
 
@@ -71,9 +71,9 @@ def test_verification_output_validates(runner: CliRunner, venv_with: MakeVenv) -
 @pytest.mark.parametrize("broken", ["state", "exit_code"])
 def test_schema_rejects_what_fi_patch_never_prints(broken: str) -> None:
     document: dict[str, Any] = {
-        "schema": 3,
+        "schema": 4,
         "command": "check",
-        "fi_patch_version": "0.3.0",
+        "fi_patch_version": "0.5.0",
         "exit_code": 0,
         "results": [
             {
@@ -93,6 +93,9 @@ def test_schema_rejects_what_fi_patch_never_prints(broken: str) -> None:
                         "reason": "r",
                         "sha256": "0" * 64,
                         "interrupted": None,
+                        "note": None,
+                        "found": None,
+                        "forced": False,
                         "exit_code": 0,
                     }
                 ],

@@ -32,7 +32,7 @@ from tests.support.releases import (
     UNDER_COMPILE,
     released_text,
 )
-from tests.support.venvs import site_packages, target_file
+from tests.support.venvs import site_packages
 
 PATCHABLE = [v for v, r in RELEASES.items() if r.shapes]
 
@@ -109,16 +109,20 @@ def test_apply_check_revert_round_trip(
     assert "nothing to revert" in nothing.text
 
 
-@pytest.mark.parametrize("version", ["0.2.8"])
+@pytest.mark.parametrize("version", ["0.2.5"])
 def test_not_applicable_release(runner: CliRunner, venv_with: MakeVenv, version: str) -> None:
+    """0.2.5 has neither cpp_ext.py nor fp4_quantize: nothing to patch, told by its files."""
     venv = venv_with(version)
-    before = target_file(venv).read_bytes()
+    site = site_packages(venv)
+    before = {p: p.read_bytes() for p in site.joinpath("flashinfer").rglob("*.py")}
+    assert before
     states, code = states_of(runner, venv)
     assert set(states.values()) == {"not-applicable"} and code == ExitCode.OK
     run = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
     assert run.code == ExitCode.OK
-    assert "not applicable: nothing to patch" in run.text
-    assert target_file(venv).read_bytes() == before
+    assert "not applicable: nothing to patch (no public get_cuda_version before" in run.text
+    assert "(no fp4_quantize before 0.2.6)" in run.text
+    assert {p: p.read_bytes() for p in before} == before
     assert not (venv / ".fi-patch").exists()
 
 

@@ -38,8 +38,17 @@ from tests.support.releases import (
 from tests.support.venvs import pip, python_of, site_packages, target_file
 
 LAYOUTS = Path(__file__).parent / "support" / "fp4_layouts.py"
-# The first release of each shape the patch keys.
-FIRSTS = ["0.2.9", "0.2.11.post2", "0.2.13", "0.2.14.post1", "0.3.1.post1", "0.6.0", "0.6.7"]
+# A release of each shape the patch keys (the first, but for 0.2.6, which pip cannot install).
+FIRSTS = [
+    "0.2.8",
+    "0.2.9",
+    "0.2.11.post2",
+    "0.2.13",
+    "0.2.14.post1",
+    "0.3.1.post1",
+    "0.6.0",
+    "0.6.7",
+]
 FIRSTS += ["0.6.8", "0.6.10", "0.6.11.post3"]
 
 

@@ -42,7 +42,7 @@ def verify(target: Target, checked: Checked, options: Options) -> Checked:
     requests = [
         ProofRequest(s.patch, "after" if s.state == "patched" else "before", s.file.path)
         for s in checked.assessment.patches
-        if s.file is not None and s.file.condition != "absent"
+        if s.file is not None and s.file.condition != "absent" and s.state != "not-applicable"
     ]
     if requests:
         options.progress(f"proving in {target.interpreter.python} (importing torch and FlashInfer)")

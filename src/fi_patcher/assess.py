@@ -27,10 +27,11 @@ from fi_patcher.model import (
     InstalledFile,
     Patch,
     PatchState,
+    Shape,
     State,
     Verdict,
 )
-from fi_patcher.recognise import Unrecognised, locate, sha256_bytes, sha256_text
+from fi_patcher.recognise import Match, recognise, sha256_bytes, sha256_text
 from fi_patcher.registry import expected, span
 
 
@@ -66,7 +67,10 @@ def assess(
     members: dict[str, list[tuple[Patch, Fit]]] = {}
     for patch in chosen:
         recorded = patch.id in _recorded(records.get(patch.target), version)
-        if fits[patch.id].verdict is not Verdict.NOT_APPLICABLE or recorded:
+        # A patch its version's range names gets its file's state, absent or not: a file that
+        # release ships and the install lacks is a broken install.
+        named = expected(patch, version).verdict is Verdict.KNOWN
+        if fits[patch.id].verdict is not Verdict.NOT_APPLICABLE or recorded or named:
             members.setdefault(patch.target, []).append((patch, fits[patch.id]))
     files = {
         relpath: file_state(
@@ -92,7 +96,7 @@ def assess(
         busy,
         _warned(unreadable),
         applicable=applicable | {i for f in files.values() for i in f.applied},
-        none_found=all(data is None for data in sources.values()),
+        none_found=all(sources.get(p.target) is None for p in (registry or patches)),
     )
 
 
@@ -239,7 +243,7 @@ def install_problem(assessment: Assessment) -> FiPatchError | None:
         expected(s.patch, installed.version).verdict is Verdict.UNKNOWN for s in assessment.patches
     )
     if assessment.none_found and outside and assessment.patches:
-        missing = ", ".join(sorted({t for s in assessment.patches for t in s.patch.targets}))
+        missing = ", ".join(sorted({t for s in assessment.patches for t in s.patch.targets[:1]}))
         return Unsupported(
             f"{installed.name} {installed.version} is outside every known range, and has "
             f"none of the files these patches work on ({missing}): a layout fi-patch does "
@@ -270,16 +274,14 @@ def _original_or_drifted(
     if hand is not None:
         return hand
     changed = f"(sha256 {(state.sha256 or '')[:12]}…, RECORD {record_sha[:12]}…)"
-    unknown = [p for p, f in members if f.verdict is Verdict.UNKNOWN]
+    unknown = [(p, f) for p, f in members if f.verdict is Verdict.UNKNOWN]
     if unknown:
-        patch = unknown[0]
-        located = locate(reading.tree, reading.text, patch.function)
-        found = located[1] if not isinstance(located, Unrecognised) else None
+        patch, how = unknown[0]
         return replace(
             state,
-            reason=f"{file.path} changed since it was installed {changed}: "
-            + _unrecognised_reason(reading.text, patch),
-            found=found,
+            reason=_unrecognised_reason(reading.text, patch, how)
+            + f"; {file.path} changed since it was installed {changed}",
+            found=how.found,
         )
     functions = [p.function for p, _ in members if p.id in shapes]
     verb = "is" if len(functions) == 1 else "are"
@@ -301,18 +303,23 @@ def _hand_patched(
     from fi_patcher.codemod import take_out
 
     original, hand, marked = text, list[str](), list[str]()
-    shapes = dict(state.shapes)
     for patch, _ in members:
-        for shape in (s for s in patch.shapes if (s.target or patch.target) == file.relpath):
+        for shape in _shapes_in(patch, file.relpath):
             taken = take_out(original, patch, shape)
             if taken is None:
                 continue
             if patch.marker_prefix in original:
                 marked.append(patch.id)
-            original, hand, shapes[patch.id] = taken, [*hand, patch.id], shape
+            original, hand = taken, [*hand, patch.id]
             break
     if not hand or sha256_text(original) != file.record_sha256:
         return None
+    # Shapes that insert the same text take each other's change out: the original says which.
+    shapes = dict(state.shapes)
+    for patch, _ in members:
+        matched = recognise(original, patch, _shapes_in(patch, file.relpath))
+        if isinstance(matched, Match):
+            shapes[patch.id] = matched.shape
     return replace(
         state,
         condition="hand-patched",
@@ -327,13 +334,17 @@ def _hand_patched(
     )
 
 
-def _unrecognised_reason(text: str, patch: Patch) -> str:
+def _shapes_in(patch: Patch, relpath: str) -> list[Shape]:
+    return [s for s in patch.shapes if (s.target or patch.target) == relpath]
+
+
+def _unrecognised_reason(text: str, patch: Patch, how: Fit) -> str:
     if patch.marker_prefix in text:
         return (
             f"{patch.function} carries fi-patch's {patch.id} lines, but fi-patch has no record "
             "of writing these bytes here, so it cannot restore the original"
         )
-    return f"its {patch.function} is not a text fi-patch knows"
+    return how.reason
 
 
 def _patched_reason(settled: Settled, busy: Holder | None) -> str:
@@ -370,9 +381,8 @@ def patch_state(patch: Patch, how: Fit, file: FileState | None, version: str) ->
             )
         return PatchState(patch, State.PATCHED, reason, how, patch.shape_named(written.shape), file)
     if how.verdict is Verdict.NOT_APPLICABLE:
-        return PatchState(
-            patch, State.NOT_APPLICABLE, f"not applicable: nothing to patch ({how.reason})", how
-        )
+        reason = f"not applicable: nothing to patch ({how.reason})"
+        return PatchState(patch, State.NOT_APPLICABLE, reason, how, file=file)
     assert file is not None
     known = PatchState(patch, State.DRIFTED, file.reason, how, how.shape, file)
     if file.condition == "drifted":
@@ -402,7 +412,9 @@ def unknown_reason(patch: Patch, how: Fit, file: FileState) -> str:
     """A text fi-patch has never seen, in FlashInfer's own file: what it is, and what --force
     would do with it."""
     similar = how.structural
-    if similar is None:
+    if how.hashes is None:
+        force = f"fi-patch cannot read {patch.function} there, and `apply --force` cannot patch it"
+    elif similar is None:
         force = (
             "its structure matches no known shape either, so `apply --force` cannot patch it; "
             "a fi-patch that knows this text can"

@@ -167,8 +167,11 @@ def apply_command(
         bool,
         typer.Option(
             "--force",
-            help="Patch a FlashInfer version outside every known range, but only where a "
-            "function matches a known shape exactly. Drifted files are never forced.",
+            help="Patch a function whose text fi-patch does not know (state unknown) where its "
+            "structure (its code, without comments, layout or docstring) is a known shape's: "
+            "write that shape's change, let the proofs decide, roll back what they do not "
+            "prove. Recorded as forced; revert gives RECORD's bytes. Drifted files are never "
+            "forced.",
         ),
     ] = False,
     no_verify: NoVerify = False,

@@ -1,4 +1,4 @@
-"""The `--json` documents (schema 3, docs/json.md): plain dicts built from result values.
+"""The `--json` documents (schema 4, docs/json.md): plain dicts built from result values.
 
 Pure: nothing here prints, decides or imports typer or rich; every exit code and status comes
 from the result itself.
@@ -18,7 +18,7 @@ from fi_patcher.proofs import Preflight, ProofReport
 from fi_patcher.registry import span
 from fi_patcher.results import Checked, Failed, Outcome, PatchOutcome, Result
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def envelope(command: str, results: list[dict[str, Any]], code: int) -> dict[str, Any]:
@@ -196,6 +196,21 @@ def _patch_state(state: PatchState, installed: Installed | None) -> dict[str, An
         "reason": state.reason,
         "sha256": file.sha256 if file else None,
         "interrupted": state.interrupted,
+        "note": state.note,
+        "found": _found(state),
+        "forced": state.forced,
+    }
+
+
+def _found(state: PatchState) -> dict[str, Any] | None:
+    """A text fi-patch does not know: its hashes, and the shape of the same structure."""
+    how = state.fit
+    if how is None or how.hashes is None:
+        return None
+    return {
+        "text_sha256": how.hashes[0],
+        "structure_sha256": how.hashes[1],
+        "structure_matches": how.structural.name if how.structural else None,
     }
 
 

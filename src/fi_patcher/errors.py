@@ -143,6 +143,7 @@ _STATE_EXIT = {
     State.PRISTINE: ExitCode.NEEDS_APPLY,
     State.WIPED: ExitCode.NEEDS_APPLY,
     State.HAND_PATCHED: ExitCode.NEEDS_APPLY,
+    State.UNKNOWN: ExitCode.UNSUPPORTED,
     State.NOT_INSTALLED: ExitCode.NOT_INSTALLED,
     State.DRIFTED: ExitCode.DRIFTED,
 }

@@ -102,7 +102,7 @@ def identify(patch: Patch, reading: Reading | None, version: str) -> Fit:
                 f"shape {matched.shape.name} ({span(matched.shape.versions)})",
                 note=_carries(patch, matched.shape, by_version, version),
             )
-        return Fit(Verdict.UNKNOWN, None, matched.reason)
+        return Fit(Verdict.UNKNOWN, None, matched.reason, found=found)
     for exemption in patch.not_applicable:
         if _holds(exemption, tree, raw, patch.function):
             return _nothing(patch, exemption, by_version, version, exemption.reason)
@@ -114,6 +114,7 @@ def identify(patch: Patch, reading: Reading | None, version: str) -> Fit:
         f"the text of {patch.function} is not one fi-patch knows (sha256 {raw[:12]}…)",
         structural=similar,
         hashes=(raw, structure),
+        found=found,
     )
 
 

@@ -212,6 +212,8 @@ class Fit:
     docstring) it has, which `apply --force` may write."""
     hashes: tuple[str, str] | None = None
     """For an unknown text: (sha256 of its text, sha256 of its structure)."""
+    found: FunctionSpan | None = None
+    """For an unknown text: where the function is, for evidence."""
 
 
 # --- the target environment ---------------------------------------------------------------------
@@ -413,6 +415,14 @@ class PatchState:
     def note(self) -> str | None:
         """What the version's ranges would have said otherwise (the files decide)."""
         return self.fit.note if self.fit is not None else None
+
+    @property
+    def forced(self) -> bool:
+        """Written by `apply --force` over a text fi-patch did not know."""
+        file = self.file
+        if self.state is not State.PATCHED or file is None or file.record is None:
+            return False
+        return any(p.id == self.patch.id and p.forced for p in file.record.patches)
 
     @property
     def interrupted(self) -> Command | None:

@@ -28,8 +28,8 @@ def quiet(message: str) -> None:
 class Options:
     dry_run: bool = False
     force: bool = False
-    """apply: patch an unknown version where a function matches a known shape structurally;
-    revert: overwrite a file that changed since fi-patch wrote it."""
+    """apply: patch a function whose text is unknown where its structure is a known shape's,
+    and let the proofs decide; revert: overwrite a file that changed since fi-patch wrote it."""
     verify: bool = True
     allow_mismatch: bool = False
     timeout: float = PROBE_TIMEOUT

@@ -195,8 +195,8 @@ def refusal(state: PatchState, installed: Installed) -> FiPatchError:
     hashes = state.fit.hashes
     if hashes is not None:
         details += [f"text sha256: {hashes[0]}", f"structure sha256: {hashes[1]}"]
-    if file.found is not None:
-        found = file.found
+    found = file.found or state.fit.found
+    if found is not None:
         details.append(f"found at lines {found.start}-{found.end}:")
         details.extend("    " + line for line in found.text.rstrip("\n").splitlines())
     if state.state is State.UNKNOWN:
@@ -207,8 +207,9 @@ def refusal(state: PatchState, installed: Installed) -> FiPatchError:
                 f"`fi-patch apply --force` writes shape {similar.name}'s change, proves it and "
                 "rolls back what the proof does not pass"
                 if similar is not None
-                else "install a release fi-patch knows (`fi-patch list`), or a fi-patch that "
-                "knows this text"
+                else "install a release fi-patch knows (`fi-patch list`), reinstall this one "
+                f"(pip install --force-reinstall --no-deps {installed.name}=={installed.version}), "
+                "or use a fi-patch that knows this text"
             ),
             details=tuple(details),
         )

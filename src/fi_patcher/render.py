@@ -57,6 +57,7 @@ _STATE_STYLE = {
     "pristine": "yellow",
     "wiped": "yellow",
     "hand-patched": "yellow",
+    "unknown": "bold red",
     "not-installed": "red",
     "drifted": "bold red",
 }
@@ -88,6 +89,8 @@ def check(out: Console, checked: Checked, verbosity: Verbosity) -> None:
     _unbroken(out, table)
     for state in assessment.patches:
         out.print(Text(f"{state.patch.id}: {state.reason}", style="dim"))
+        if state.note:
+            out.print(Text(f"{state.patch.id}: note: {state.note}", style="cyan"))
         report = reports.get(state.patch.id)
         if report is not None:
             label = f"{state.patch.id} proof ({report.mode} the patch)"

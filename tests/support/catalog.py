@@ -4,6 +4,7 @@ parametrized test of every patch's `[[cases]]` and `scripts/catalog.py` both use
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fi_patcher.identify import identify, read, where
@@ -21,10 +22,11 @@ class Found:
     fit: Fit
 
 
-def found_in(version: str) -> dict[str, Found]:
-    """Every patch of the registry, read in `version`'s released files, by patch id."""
+def found_in(version: str, patches: Sequence[Patch] = ()) -> dict[str, Found]:
+    """Every patch of the registry (or of `patches`), read in `version`'s released files, by
+    patch id."""
     files = released_files(release(version))
-    patches = load_patches()
+    patches = patches or load_patches()
     relpaths = {t for p in patches for t in p.targets}
     readings = {r: read(r, files.get(r)) for r in relpaths}
     found = {}

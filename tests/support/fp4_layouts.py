@@ -61,7 +61,8 @@ class Kernel:
         kernel_calls.append(described(arguments))
         if isinstance(arguments[2], torch.Tensor):
             return None  # FlashInfer allocated out_val and out_sf in Python.
-        source, _, sf_vec_size, _, swizzled, layout_8x4 = arguments[:6]
+        # 0.2.6 - 0.2.8 pass five values: no 8x4 layout, rows always padded to 128.
+        source, _, sf_vec_size, _, swizzled, layout_8x4 = (*arguments[:6], False)[:6]
         assert isinstance(source, torch.Tensor) and isinstance(sf_vec_size, int)
         k = source.shape[-1]
         m = source.numel() // k
@@ -126,8 +127,8 @@ def run(mode: str) -> list[object]:
         }
         del kernel_calls[:]
         if mode == "eager":
-            mine = {k: v for k, v in extra.items() if k in parameters}
-            result = outcome(public, x, torch.ones(1), **options, **mine)
+            mine = {k: v for k, v in {**options, **extra}.items() if k in parameters}
+            result = outcome(public, x, torch.ones(1), **mine)
             result["kernel"] = list(kernel_calls)
         else:
             op = (
@@ -136,8 +137,8 @@ def run(mode: str) -> list[object]:
                 else torch.ops.flashinfer.fp4_quantize
             )
             names = [a.name for a in op.default._schema.arguments]
-            mine = {k: v for k, v in extra.items() if k in names}
-            result = outcome(faked, op, x, {**options, **mine})
+            mine = {k: v for k, v in {**options, **extra}.items() if k in names}
+            result = outcome(faked, op, x, mine)
         answers.append({"case": [list(shape), order, layout, sf_vec_size], **result})
     return answers
 

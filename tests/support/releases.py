@@ -57,6 +57,8 @@ class Release:
 RELEASES = {
     r.version: r
     for r in (
+        # The last release with nothing to patch: no cpp_ext.py, no fp4_quantize.
+        Release("0.2.5", "sdist"),
         # The last five-parameter fp4_quantize (0.2.6 - 0.2.8): no get_cuda_version yet.
         Release(
             "0.2.8",

@@ -1,0 +1,50 @@
+"""A release the catalog has never seen, made from a real one: its wheel rebuilt as a build of
+another version would be (the dist-info folder renamed, METADATA's Version and RECORD rewritten),
+with, optionally, one file's bytes changed. The result is installed by pip like any wheel."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import zipfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+Edit = Callable[[bytes], bytes]
+
+
+def relabelled(
+    wheel: Path, old: str, new: str, folder: Path, edits: Mapping[str, Edit] | None = None
+) -> Path:
+    """`wheel` (of version `old`) rebuilt as version `new` in `folder`; `edits` change files of
+    the package by their path in the wheel, and RECORD lists what was written."""
+    name = "flashinfer_python"
+    before, after = f"{name}-{old}.dist-info/", f"{name}-{new}.dist-info/"
+    target = folder / wheel.name.replace(f"-{old}-", f"-{new}-")
+    rows: list[tuple[str, str, str]] = []
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(target, "w") as built:
+        for info in source.infolist():
+            path = info.filename.replace(before, after, 1)
+            if path == after + "RECORD":
+                continue
+            data = source.read(info)
+            if path == after + "METADATA":
+                data = data.replace(f"\nVersion: {old}\n".encode(), f"\nVersion: {new}\n".encode())
+                assert f"\nVersion: {new}\n".encode() in data
+            if edits and path in edits:
+                data = edits[path](data)
+            built.writestr(path, data, compress_type=zipfile.ZIP_DEFLATED)
+            if not path.endswith("/"):
+                rows.append((path, _digest(data), str(len(data))))
+        rows.append((after + "RECORD", "", ""))
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="\n").writerows(rows)
+        built.writestr(after + "RECORD", buffer.getvalue())
+    return target
+
+
+def _digest(data: bytes) -> str:
+    encoded = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"sha256={encoded}"

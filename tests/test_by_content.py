@@ -1,0 +1,203 @@
+"""FlashInfer recognised by what its files hold, not by its version number.
+
+Real pre-releases (0.6.0rc1 carries shape B of get_cuda_version and shape 0.6.0 of
+fp4_quantize; 0.7.2rc6 carries 0.7.1's fp4_quantize) are patched, proven red before and green
+after, and reverted to RECORD's bytes, with a note that their version is in no range. A future
+release made from a real one (0.7.4's wheel rebuilt as 0.7.5) needs no change to the catalog;
+the same with a changed fp4_quantize docstring is `unknown` (exit 6): `apply` refuses it
+untouched, and `apply --force` writes, proves and reverts it.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import hashlib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fi_patcher.errors import ExitCode
+from fi_patcher.recognise import locate
+from tests.conftest import MakeVenv
+from tests.support.cli import fi_patch, patch_result, states_of
+from tests.support.deps import CUDA_TORCH, shared, use
+from tests.support.expected import PATCHES, files_of
+from tests.support.relabel import relabelled
+from tests.support.releases import (
+    CUDA,
+    FP4,
+    OP_BOUNDARY,
+    RELEASES,
+    TARGET,
+    UNDER_COMPILE,
+    fetch,
+    released_text,
+)
+from tests.support.venvs import create_venv, pip, site_packages
+
+PRE_RELEASES = {"0.6.0rc1": (CUDA, OP_BOUNDARY), "0.7.2rc6": (CUDA, UNDER_COMPILE)}
+
+
+def _record_hash(venv: Path, relpath: str) -> str:
+    (info,) = site_packages(venv).glob("flashinfer_python-*.dist-info")
+    for line in (info / "RECORD").read_text().splitlines():
+        if line.startswith(relpath + ","):
+            value = line.split(",")[1].removeprefix("sha256=")
+            return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+    raise AssertionError(relpath)
+
+
+def _unchanged(venv: Path, *relpaths: str) -> bool:
+    site = site_packages(venv)
+    return all(
+        hashlib.sha256((site / r).read_bytes()).hexdigest() == _record_hash(venv, r)
+        for r in relpaths
+    )
+
+
+@pytest.mark.parametrize("version", list(PRE_RELEASES))
+def test_a_pre_release_is_patched_by_what_its_files_hold(
+    runner: CliRunner, venv_with: MakeVenv, version: str
+) -> None:
+    venv = venv_with(version)
+    patches = PRE_RELEASES[version]
+    states, code = states_of(runner, venv)
+    assert code == ExitCode.NEEDS_APPLY
+    assert {p for p, s in states.items() if s == "pristine"} == set(patches)
+    assert set(states.values()) <= {"pristine", "not-applicable"}
+    checked = fi_patch(runner, "check", "--venv", venv, "--json")
+    for patch in patches:
+        found = patch_result(checked.json, patch)
+        assert found["shape"] == RELEASES[version].shapes[patch]
+        assert found["note"].startswith(f"{version} carries the {PATCHES[patch].function}")
+        assert "in no known range" in found["note"]
+    people = fi_patch(runner, "check", "--venv", venv)
+    assert f"note: {version} carries" in people.text
+
+    run = fi_patch(runner, "apply", "--venv", venv, "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    for patch in patches:
+        done = patch_result(run.json, patch)
+        assert done["action"] == "applied"
+        proofs = done["verification"]
+        assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
+    after, code = states_of(runner, venv)
+    assert code == ExitCode.OK
+    assert after == {p: "patched" if p in patches else s for p, s in states.items()}
+
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    site = site_packages(venv)
+    for relpath in files_of(version):
+        assert (site / relpath).read_bytes() == released_text(RELEASES[version], relpath)
+        assert _unchanged(venv, relpath)
+
+
+def _docstring_changed(data: bytes) -> bytes:
+    """fp4_quantize with one more line in its docstring: its text changes, its structure not."""
+    text = data.decode("utf-8")
+    node = next(
+        n
+        for n in ast.parse(text).body
+        if isinstance(n, ast.FunctionDef) and n.name == PATCHES[UNDER_COMPILE].function
+    )
+    doc = node.body[0]
+    assert isinstance(doc, ast.Expr) and doc.end_lineno and doc.end_lineno > doc.lineno
+    lines = text.splitlines(keepends=True)
+    indent = " " * doc.col_offset
+    lines.insert(doc.lineno, f"{indent}(This build carries a line of its own here.)\n")
+    return "".join(lines).encode("utf-8")
+
+
+@pytest.fixture(scope="module")
+def future(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """0.7.4's wheel rebuilt as 0.7.5, as it is and with fp4_quantize's docstring changed."""
+    folder = tmp_path_factory.mktemp("future")
+    wheel = fetch(RELEASES["0.7.4"])
+    same = folder / "same"
+    changed = folder / "changed"
+    same.mkdir()
+    changed.mkdir()
+    return {
+        "same": relabelled(wheel, "0.7.4", "0.7.5", same),
+        "changed": relabelled(wheel, "0.7.4", "0.7.5", changed, {FP4: _docstring_changed}),
+    }
+
+
+def _venv_of(wheel: Path, path: Path) -> Path:
+    venv = create_venv(path)
+    pip(venv, "install", "--no-deps", "--no-index", str(wheel))
+    use(venv, shared(CUDA_TORCH))
+    return venv
+
+
+def test_a_future_release_with_known_functions_needs_no_catalog_change(
+    runner: CliRunner, future: dict[str, Path], tmp_path: Path
+) -> None:
+    venv = _venv_of(future["same"], tmp_path / "venv-0.7.5")
+    assert _unchanged(venv, TARGET, FP4)
+    states, code = states_of(runner, venv)
+    assert (states[CUDA], states[UNDER_COMPILE], code) == ("pristine", "pristine", 3)
+    checked = fi_patch(runner, "check", "--venv", venv, "--json")
+    assert (
+        "0.7.5 carries the fp4_quantize of shape 0.7.4"
+        in patch_result(checked.json, UNDER_COMPILE)["note"]
+    )
+
+    run = fi_patch(runner, "apply", "--venv", venv, "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    for patch in (CUDA, UNDER_COMPILE):
+        proofs = patch_result(run.json, patch)["verification"]
+        assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
+    assert states_of(runner, venv)[1] == ExitCode.OK
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert _unchanged(venv, TARGET, FP4)
+
+
+def test_a_changed_docstring_is_unknown_and_force_lets_the_proof_decide(
+    runner: CliRunner, future: dict[str, Path], tmp_path: Path
+) -> None:
+    venv = _venv_of(future["changed"], tmp_path / "venv-0.7.5")
+    assert _unchanged(venv, TARGET, FP4), "RECORD lists the bytes this build has"
+    fp4 = site_packages(venv) / FP4
+    installed = fp4.read_bytes()
+
+    checked = fi_patch(runner, "check", "--venv", venv, "--json")
+    assert checked.code == ExitCode.UNSUPPORTED
+    state = patch_result(checked.json, UNDER_COMPILE)
+    assert state["state"] == "unknown"
+    assert state["found"]["structure_matches"] == "0.7.4"
+    assert (
+        state["found"]["text_sha256"]
+        == hashlib.sha256(_function_text(installed.decode())).hexdigest()
+    )
+    assert "apply --force" in state["reason"]
+    assert patch_result(checked.json, CUDA)["state"] == "pristine"
+
+    refused = fi_patch(runner, "apply", "--venv", venv)
+    assert refused.code == ExitCode.UNSUPPORTED
+    assert "the text of fp4_quantize is not one fi-patch knows" in refused.stderr
+    assert "structure sha256: " + state["found"]["structure_sha256"] in refused.stderr
+    assert fp4.read_bytes() == installed and _unchanged(venv, TARGET, FP4)
+    assert not (venv / ".fi-patch" / "manifest.json").exists()
+
+    forced = fi_patch(runner, "apply", "--venv", venv, "--force", "--json")
+    assert forced.code == ExitCode.OK, forced.stdout
+    proofs = patch_result(forced.json, UNDER_COMPILE)["verification"]
+    assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
+    after = fi_patch(runner, "check", "--venv", venv, "--json")
+    assert after.code == ExitCode.OK
+    patched = patch_result(after.json, UNDER_COMPILE)
+    assert (patched["state"], patched["forced"]) == ("patched", True)
+    assert "forced (apply --force)" in patched["reason"]
+    assert patch_result(after.json, CUDA)["forced"] is False
+
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert fp4.read_bytes() == installed and _unchanged(venv, TARGET, FP4)
+
+
+def _function_text(text: str) -> bytes:
+    located = locate(ast.parse(text), text, PATCHES[UNDER_COMPILE].function)
+    assert isinstance(located, tuple)
+    return located[1].text.encode("utf-8")
