@@ -1,4 +1,4 @@
-"""fp4-quantize-op-boundary on real releases 0.2.9 - 0.6.11.post3, on a CPU.
+"""fp4-quantize-op-boundary on real releases 0.2.6 - 0.6.11.post3, on a CPU.
 
 fi-patch's fake must give what each release's own fp4_quantize gives: the release runs for real
 on CPU tensors with only its compiled kernel replaced (tests/support/fp4_layouts.py), over a grid
@@ -180,9 +180,10 @@ def test_the_re_export_module_needs_no_change(
     assert same.stdout.split() == ["True", "True"], same.stderr[-2000:]
 
 
-# The JIT-build failure (0.2.9), the first release with get_cuda_version (0.3.1.post1), the
-# decorated function (0.6.0), and the last parameter set (0.6.11.post3).
-@pytest.mark.parametrize("version", ["0.2.9", "0.3.1.post1", "0.6.0", "0.6.11.post3"])
+# The five-parameter function (0.2.8), the JIT-build failure (0.2.9), the first release with
+# get_cuda_version (0.3.1.post1), the decorated function (0.6.0), and the last parameter set
+# (0.6.11.post3).
+@pytest.mark.parametrize("version", ["0.2.8", "0.2.9", "0.3.1.post1", "0.6.0", "0.6.11.post3"])
 def test_proof_is_red_before_and_green_after(
     runner: CliRunner, venv_with: MakeVenv, version: str
 ) -> None:

@@ -413,7 +413,7 @@ def unknown_reason(patch: Patch, how: Fit, file: FileState) -> str:
     would do with it."""
     similar = how.structural
     if how.hashes is None:
-        force = f"fi-patch cannot read {patch.function} there, and `apply --force` cannot patch it"
+        force = "`apply --force` cannot patch it"
     elif similar is None:
         force = (
             "its structure matches no known shape either, so `apply --force` cannot patch it; "

@@ -18,7 +18,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from fi_patcher.model import InsertFirst, KeywordArguments, Patch, Shape
-from fi_patcher.recognise import Match, Unrecognised, locate, parse, recognise
+from fi_patcher.recognise import Match, Unrecognised, locate, parse, parse_module, recognise
 
 __all__ = ["Composed", "Unrecognised", "compose", "take_out"]
 
@@ -133,7 +133,7 @@ def _same_statements(snippet: str, nodes: Sequence[ast.stmt]) -> bool:
     """The lines cut out hold exactly the statements `ast` found (a lone CR, say, would shift
     them)."""
     try:
-        cut = ast.parse(snippet).body
+        cut = parse_module(snippet).body
     except SyntaxError:
         return False
     return [ast.dump(n) for n in cut] == [ast.dump(n) for n in nodes]

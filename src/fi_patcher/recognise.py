@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -51,11 +52,23 @@ def recognise(
     return recognise_in(tree, text, patch, shapes, structural=structural)
 
 
+# CPython 3.11 counts the AST constructor's recursion depth in state every thread shares: two
+# threads parsing at once (check of several targets) can fail with "SystemError: AST
+# constructor recursion depth mismatch". One parse at a time.
+_PARSING = threading.Lock()
+
+
 def parse(text: str) -> ast.Module | Unrecognised:
     try:
-        return ast.parse(text)
+        return parse_module(text)
     except (SyntaxError, ValueError) as exc:
         return Unrecognised(f"not valid Python: {_first_line(exc)}")
+
+
+def parse_module(text: str) -> ast.Module:
+    """`ast.parse`, one thread at a time."""
+    with _PARSING:
+        return ast.parse(text)
 
 
 def recognise_in(
