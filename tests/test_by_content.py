@@ -193,6 +193,16 @@ def test_a_changed_docstring_is_unknown_and_force_lets_the_proof_decide(
     assert "forced (apply --force)" in patched["reason"]
     assert patch_result(after.json, CUDA)["forced"] is False
 
+    # A reinstall puts the build's text back: wiped, and written again only with --force.
+    pip(venv, "install", "--force-reinstall", "--no-deps", "--no-index", str(future["changed"]))
+    wiped = fi_patch(runner, "check", "--venv", venv, "--json")
+    assert (patch_result(wiped.json, UNDER_COMPILE)["state"], wiped.code) == ("wiped", 3)
+    assert "apply --force" in patch_result(wiped.json, UNDER_COMPILE)["reason"]
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.UNSUPPORTED
+    assert fp4.read_bytes() == installed
+    again = fi_patch(runner, "apply", "--venv", venv, "--force", "--no-verify")
+    assert again.code == ExitCode.OK, again.text
+
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert fp4.read_bytes() == installed and _unchanged(venv, TARGET, FP4)
 

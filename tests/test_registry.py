@@ -94,10 +94,11 @@ def test_registry_hashes_match_the_released_function(version: str, patch: str) -
     hashes = function_hashes(text.decode("utf-8"), registered.function)
     assert hashes is not None
     raw, structure = hashes
-    shape = found_in(version)[patch].fit.shape
-    assert shape is not None and shape.name == release.shapes[patch]
-    assert raw in shape.function_sha256
+    shape = registered.shape_named(release.shapes[patch])
+    assert shape is not None and raw in shape.function_sha256
     assert structure == shape.structure_sha256
+    found = found_in(version)[patch]
+    assert (found.fit.shape, found.patch.target) == (shape, relpath)
 
 
 @pytest.mark.parametrize("version", ["0.2.13", "0.2.14"])
@@ -176,6 +177,9 @@ def test_malformed_patch_file_is_reported_with_its_name() -> None:
         ('text = "torch-first"', 'text = "nothing"', "shape A names no text"),
         ('preflight = ["cuda-toolkit"]', 'preflight = ["gpu"]', "unknown pre-flight check"),
         ('kind = "insert-first"', 'kind = "rewrite-all"', "operation kind 'rewrite-all'"),
+        ('absent = "get_cuda_version"\n', "", "must say one of absent, defines or function_sha"),
+        ('verdict = "known"', 'verdict = "maybe"', "case 0.2.14.post1: no verdict 'maybe'"),
+        ('shape = "A"\nwhy', 'shape = "C"\nwhy', "a known verdict names one of its shapes"),
     ],
 )
 def test_a_malformed_patch_is_refused(old: str, new: str, message: str) -> None:

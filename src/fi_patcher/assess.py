@@ -64,14 +64,7 @@ def assess(
     placed |= {p.id: where(p, readings, version) for p in patches if p.id not in placed}
     fits = {i: identify(p, readings.get(p.target), version) for i, p in placed.items()}
     chosen = [placed[p.id] for p in patches]
-    members: dict[str, list[tuple[Patch, Fit]]] = {}
-    for patch in chosen:
-        recorded = patch.id in _recorded(records.get(patch.target), version)
-        # A patch its version's range names gets its file's state, absent or not: a file that
-        # release ships and the install lacks is a broken install.
-        named = expected(patch, version).verdict is Verdict.KNOWN
-        if fits[patch.id].verdict is not Verdict.NOT_APPLICABLE or recorded or named:
-            members.setdefault(patch.target, []).append((patch, fits[patch.id]))
+    members = _members(chosen, fits, installed, sources, records)
     files = {
         relpath: file_state(
             installed.files[relpath],
@@ -98,6 +91,27 @@ def assess(
         applicable=applicable | {i for f in files.values() for i in f.applied},
         none_found=all(sources.get(p.target) is None for p in (registry or patches)),
     )
+
+
+def _members(
+    chosen: Sequence[Patch],
+    fits: Mapping[str, Fit],
+    installed: Installed,
+    sources: Mapping[str, bytes | None],
+    records: Mapping[str, FileRecord],
+) -> dict[str, list[tuple[Patch, Fit]]]:
+    """The chosen patches whose file's state counts, by file: those with something to patch,
+    those fi-patch wrote, and those whose file is missing although its version's range names
+    it or RECORD lists it (a broken install)."""
+    members: dict[str, list[tuple[Patch, Fit]]] = {}
+    for patch in chosen:
+        version = installed.version
+        recorded = patch.id in _recorded(records.get(patch.target), version)
+        named = expected(patch, version).verdict is Verdict.KNOWN
+        listed = installed.files[patch.target].recorded and sources.get(patch.target) is None
+        if fits[patch.id].verdict is not Verdict.NOT_APPLICABLE or recorded or named or listed:
+            members.setdefault(patch.target, []).append((patch, fits[patch.id]))
+    return members
 
 
 def _recorded(record: FileRecord | None, version: str) -> tuple[str, ...]:
@@ -225,15 +239,18 @@ def install_problem(assessment: Assessment) -> FiPatchError | None:
     )
     for state in assessment.patches:
         file = state.file
-        by_version = expected(state.patch, installed.version)
-        if file is None or by_version.verdict is not Verdict.KNOWN:
+        if file is None:
             continue
-        if file.condition == "absent":
+        named = expected(state.patch, installed.version).verdict is Verdict.KNOWN
+        listed = installed.files[file.relpath].recorded
+        if file.condition == "absent" and (named or listed):
+            ships = "its RECORD lists it" if listed else f"{installed.version} ships it"
             return LayoutProblem(
-                f"{file.path} is missing, but {installed.name} {installed.version} ships it",
+                f"{file.path} is missing, but {ships}: {installed.name} {installed.version} is "
+                "installed only in part",
                 remedy=reinstall,
             )
-        if file.condition == "unrecorded":
+        if file.condition == "unrecorded" and state.state is not State.NOT_APPLICABLE:
             return LayoutProblem(
                 f"the RECORD of {installed.dist_info.name} does not list {file.relpath}; "
                 "fi-patch writes only files the installer recorded",
@@ -315,11 +332,14 @@ def _hand_patched(
     if not hand or sha256_text(original) != file.record_sha256:
         return None
     # Shapes that insert the same text take each other's change out: the original says which.
+    # A hand-made fix over a text fi-patch does not know is no fix it can adopt: drifted.
     shapes = dict(state.shapes)
     for patch, _ in members:
         matched = recognise(original, patch, _shapes_in(patch, file.relpath))
         if isinstance(matched, Match):
             shapes[patch.id] = matched.shape
+        elif patch.id in hand:
+            return None
     return replace(
         state,
         condition="hand-patched",
@@ -390,7 +410,7 @@ def patch_state(patch: Patch, how: Fit, file: FileState | None, version: str) ->
     if file.condition == "hand-patched" and patch.id in file.hand:
         return replace(known, state=State.HAND_PATCHED, shape=file.shapes.get(patch.id))
     if how.verdict is Verdict.UNKNOWN:
-        return replace(known, state=State.UNKNOWN, reason=unknown_reason(patch, how, file))
+        return _unknown(known, patch, how, file, version)
     if file.condition == "patched":
         return replace(
             known,
@@ -406,6 +426,20 @@ def patch_state(patch: Patch, how: Fit, file: FileState | None, version: str) ->
             f"with {', '.join(file.hand)} made by hand; needs apply",
         )
     return _original(known, patch, how, file, version)
+
+
+def _unknown(
+    known: PatchState, patch: Patch, how: Fit, file: FileState, version: str
+) -> PatchState:
+    """A text fi-patch does not know. Where fi-patch had written the patch (a reinstall put the
+    original back, or its run was interrupted), that is still what the state says: `apply
+    --force` writes it again."""
+    reason = unknown_reason(patch, how, file)
+    if file.condition == "original":
+        was = _original(known, patch, how, file, version)
+        if was.state is State.WIPED or file.interrupted:
+            return replace(was, reason=f"{was.reason}; {reason}")
+    return replace(known, state=State.UNKNOWN, reason=reason)
 
 
 def unknown_reason(patch: Patch, how: Fit, file: FileState) -> str:
@@ -425,11 +459,11 @@ def unknown_reason(patch: Patch, how: Fit, file: FileState) -> str:
             f"{similar.name}'s ({span(similar.versions)}): `apply --force` writes that shape's "
             "change and lets the proofs decide"
         )
-    where = (
-        f"in a file fi-patch patched with {', '.join(file.applied)}"
-        if file.condition == "patched"
-        else "in FlashInfer's own file (RECORD's bytes)"
-    )
+    where = {
+        "patched": f"in a file fi-patch patched with {', '.join(file.applied)}",
+        "hand-patched": f"in a file with {', '.join(file.hand)} made by hand",
+        "unrecorded": "in a file RECORD does not list",
+    }.get(file.condition, "in FlashInfer's own file (RECORD's bytes)")
     return f"{how.reason}, {where}; {force}"
 
 

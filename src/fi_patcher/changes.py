@@ -44,9 +44,11 @@ def apply_change(
     state = file.state
     after: bytes = current
     shapes: Mapping[str, Shape] = {}
-    if file.writes:
-        after, shapes = compose(original, file.patches, file.shapes, forced)
     existing = {p.id: p for p in state.record.patches} if state.record else {}
+    if file.writes:
+        # A patch forced before is matched by its structure again, as this run's are.
+        by_structure = forced | {i for i, p in existing.items() if p.forced}
+        after, shapes = compose(original, file.patches, file.shapes, by_structure)
     verification: Verification = "pending" if verify else "skipped"
     now = datetime.now(UTC).isoformat(timespec="seconds")
     records = tuple(

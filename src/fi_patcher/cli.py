@@ -262,12 +262,13 @@ def check_command(
     quiet: Quiet = False,
     verbose: Verbose = False,
 ) -> None:
-    """Say, for each patch, whether the target is pristine, patched, wiped by a reinstall, or
-    drifted.
+    """Say, for each patch, whether the target is pristine, patched, wiped by a reinstall, made
+    by hand, unknown (a function text fi-patch has never seen) or drifted.
 
     Exit 0 only when every chosen patch is patched or not applicable in every target; 3 when
-    apply is needed (or a run was interrupted); 4 not installed; 7 drifted; 13 a proof failed
-    under --verify; the others name what stopped fi-patch (5 environment, 8 layout, 9 records).
+    apply is needed (or a run was interrupted); 4 not installed; 6 unknown; 7 drifted; 13 a
+    proof failed under --verify; the others name what stopped fi-patch (5 environment, 8
+    layout, 9 records).
     """
     as_json = _flags(quiet, verbose, as_json)
     chosen = _choose(patch, as_json)

@@ -12,7 +12,7 @@ from typing import Any
 
 from fi_patcher import __version__
 from fi_patcher.errors import FiPatchError
-from fi_patcher.model import Assessment, InsertFirst, Installed, Patch, PatchState
+from fi_patcher.model import Assessment, InsertFirst, Installed, Patch, PatchState, State
 from fi_patcher.options import Target
 from fi_patcher.proofs import Preflight, ProofReport
 from fi_patcher.registry import span
@@ -205,7 +205,7 @@ def _patch_state(state: PatchState, installed: Installed | None) -> dict[str, An
 def _found(state: PatchState) -> dict[str, Any] | None:
     """A text fi-patch does not know: its hashes, and the shape of the same structure."""
     how = state.fit
-    if how is None or how.hashes is None:
+    if state.state is not State.UNKNOWN or how is None or how.hashes is None:
         return None
     return {
         "text_sha256": how.hashes[0],

@@ -158,6 +158,8 @@ def _carries(patch: Patch, shape: Shape, by_version: Fit, version: str) -> str |
         said = f"its range names shape {by_version.shape.name}"
     elif by_version.verdict is Verdict.NOT_APPLICABLE:
         said = f"its range says nothing to patch ({by_version.reason})"
+    elif "not a valid version" in by_version.reason:
+        said = by_version.reason
     else:
         said = "it is in no known range"
     return (

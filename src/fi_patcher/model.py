@@ -125,7 +125,7 @@ class Requirements:
     torch: SpecifierSet | None = None
     """The torch the target must have, for the code the patch writes or its proof."""
     patches: tuple[str, ...] = ()
-    """Patches that must be in place first, wherever they apply to the installed version."""
+    """Patches that must be in place first, wherever they apply (as the files tell)."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,8 @@ class Patch:
     distribution: str
     target: str
     """The file, relative to site-packages, with forward slashes as RECORD writes it. A shape
-    may name another (`Shape.target`); `registry.located` gives the patch for one version."""
+    may name another (`Shape.target`); `identify.where` gives the patch placed at the file
+    that holds its function."""
     function: str
     operation: Operation
     shapes: tuple[Shape, ...]

@@ -29,6 +29,7 @@ from fi_patcher.model import (
     PatchState,
     Shape,
     State,
+    Verdict,
 )
 from fi_patcher.registry import known, load_patches, required
 
@@ -121,11 +122,13 @@ def _step(
         assert file is not None
         unfinished = file.interrupted is not None or file.unproven
         return Step(patch, "finish" if unfinished else "already-applied", state.reason)
-    if state.state in (State.PRISTINE, State.WIPED, State.HAND_PATCHED):
+    adding = state.state in (State.PRISTINE, State.WIPED, State.HAND_PATCHED)
+    if adding and state.shape is not None:
         return Step(patch, "add", state.reason, shape=state.shape)
     assert file is not None and state.fit is not None
+    # An unknown text (or one fi-patch wrote over by --force before, wiped since): --force only.
     similar = state.fit.structural
-    if force and state.state is State.UNKNOWN and similar is not None:
+    if force and (adding or state.state is State.UNKNOWN) and similar is not None:
         return Step(patch, "add", state.reason, forced=True, shape=similar)
     return refusal(state, installed)
 
@@ -199,7 +202,7 @@ def refusal(state: PatchState, installed: Installed) -> FiPatchError:
     if found is not None:
         details.append(f"found at lines {found.start}-{found.end}:")
         details.extend("    " + line for line in found.text.rstrip("\n").splitlines())
-    if state.state is State.UNKNOWN:
+    if state.fit.verdict is Verdict.UNKNOWN and file.condition != "drifted":
         similar = state.fit.structural
         return Unsupported(
             f"refusing to patch: {state.reason}",

@@ -30,6 +30,7 @@ from tests.support.expected import expected
 from tests.support.releases import FP4, RELEASES, TARGET, UNDER_COMPILE, fetch, released_text
 from tests.support.venvs import (
     create_venv,
+    fp4_file,
     pip,
     python_of,
     reinstall,
@@ -243,6 +244,39 @@ def test_future_release_without_cpp_ext_patches_what_it_holds(
     compiled = patch_result(run.json, UNDER_COMPILE)
     assert (compiled["action"], compiled["shape"]) == ("applied", "0.7.4")
     assert "0.8.0 carries the fp4_quantize of shape 0.7.4" in compiled["note"]
+
+
+def test_a_pre_release_missing_a_file_its_record_lists(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    """No range names 0.7.2rc6, but its RECORD says it ships cpp_ext.py: a broken install, not
+    a release with nothing to patch."""
+    venv = venv_with("0.7.2rc6")
+    target_file(venv).unlink()
+    for command in ("check", "apply"):
+        expect(
+            fi_patch(runner, command, "--venv", venv),
+            ExitCode.LAYOUT,
+            f"{target_file(venv)} is missing, but its RECORD lists it",
+            "pip install --force-reinstall --no-deps flashinfer-python==0.7.2rc6",
+        )
+    assert not (venv / ".fi-patch").exists()
+
+
+def test_a_future_release_whose_record_lacks_the_file(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    """0.7.4 as 0.8.0, its RECORD without fp4_quantization.py (still on disk): fi-patch writes
+    only files the installer recorded, whatever the version."""
+    venv = venv_with("0.7.4")
+    _release_as(venv, "0.8.0")
+    record = _dist_info(venv) / "RECORD"
+    kept = [x for x in record.read_text().splitlines() if not x.startswith(FP4 + ",")]
+    replace_bytes(record, ("\n".join(kept) + "\n").encode())
+    before = sha256(fp4_file(venv))
+    expect(_apply(runner, venv), ExitCode.LAYOUT, f"does not list {FP4}")
+    assert sha256(fp4_file(venv)) == before
+    assert not (venv / ".fi-patch").exists()
 
 
 def test_future_release_without_any_patched_file(runner: CliRunner, venv_with: MakeVenv) -> None:
