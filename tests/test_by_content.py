@@ -27,6 +27,7 @@ from tests.support.expected import PATCHES, files_of
 from tests.support.relabel import relabelled
 from tests.support.releases import (
     CUDA,
+    FORWARDING,
     FP4,
     OP_BOUNDARY,
     RELEASES,
@@ -205,6 +206,46 @@ def test_a_changed_docstring_is_unknown_and_force_lets_the_proof_decide(
 
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert fp4.read_bytes() == installed and _unchanged(venv, TARGET, FP4)
+
+
+def _comment_in_the_op(data: bytes) -> bytes:
+    """A comment inside the op's function: its text changes, its structure (no comments) not."""
+    text = data.decode("utf-8")
+    node = next(
+        n
+        for n in ast.parse(text).body
+        if isinstance(n, ast.FunctionDef) and n.name == PATCHES[FORWARDING].function
+    )
+    first = node.body[0]
+    lines = text.splitlines(keepends=True)
+    lines.insert(first.lineno - 1, " " * first.col_offset + "# a build's own comment\n")
+    return "".join(lines).encode("utf-8")
+
+
+def test_a_patch_added_beside_a_forced_one_rebuilds_the_file(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    """0.7.0 as 0.7.5 with a comment in the op: fp4-op-keyword-forwarding is forced first; the
+    patches added later rebuild the file from its original, the forced one by its structure."""
+    wheel = relabelled(
+        fetch(RELEASES["0.7.0"]), "0.7.0", "0.7.5", tmp_path, {FP4: _comment_in_the_op}
+    )
+    venv = _venv_of(wheel, tmp_path / "venv-0.7.5")
+    installed = (site_packages(venv) / FP4).read_bytes()
+    states, code = states_of(runner, venv)
+    assert (states[FORWARDING], states[UNDER_COMPILE], code) == ("unknown", "pristine", 6)
+    first = fi_patch(
+        runner, "apply", "--venv", venv, "--force", "--patch", FORWARDING, "--no-verify"
+    )
+    assert first.code == ExitCode.OK, first.text
+    rest = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
+    assert rest.code == ExitCode.OK, rest.stdout
+    assert patch_result(rest.json, UNDER_COMPILE)["action"] == "applied"
+    after, code = states_of(runner, venv)
+    assert (after[FORWARDING], after[UNDER_COMPILE], code) == ("patched", "patched", 0)
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert (site_packages(venv) / FP4).read_bytes() == installed
+    assert _unchanged(venv, TARGET, FP4)
 
 
 def _function_text(text: str) -> bytes:
