@@ -89,37 +89,52 @@ def add(version: str) -> int:
             print(describe(version, f))
         return 1
     final = not Version(version).is_prerelease
+    widenings = [w for f in found.values() if final for w in [widening(f, version)] if w]
+    clashes = [w for w in widenings if isinstance(w, str)]
+    if clashes:
+        print(f"{version}: nothing written; widening a range would overlap another:")
+        print("\n".join(f"  {c}" for c in clashes))
+        return 1
+    for patch, label, old, wider in (w for w in widenings if not isinstance(w, str)):
+        toml = ROOT / "patches" / f"{patch.id}.toml"
+        toml.write_text(_range_in_toml(toml.read_text(), label, old, wider))
+        for page in (ROOT / "docs" / "patches.md", ROOT / "README.md"):
+            page.write_text(_range_in_page(page.read_text(), patch, label, old, wider))
     for f in found.values():
-        if final:
-            widen(f.patch, f.fit, version)
         append_case(f.patch, f.fit, version)
         print(describe(version, f))
     print(f"{version}: written; run `make test`")
     return 0
 
 
-def widen(patch: Patch, fit: Fit, version: str) -> None:
-    """Extend the range of the shape or exemption that holds `version` by content."""
-    registered = next(p for p in catalog() if p.id == patch.id)
+Widening = tuple[Patch, str, SpecifierSet, SpecifierSet]
+
+
+def widening(found: Found, version: str) -> Widening | str | None:
+    """The range of the shape or exemption that holds `version` by content, extended to it
+    (None: it holds it already, or no exemption names the reason), or why it cannot be: the
+    wider range would reach into another range of the patch."""
+    fit = found.fit
+    registered = next(p for p in catalog() if p.id == found.patch.id)
     if fit.shape is not None:
-        old = fit.shape.versions
-        label = fit.shape.name
+        old, label = fit.shape.versions, fit.shape.name
     else:
-        exemption = next(
-            (e for e in registered.not_applicable if e.reason == fit.reason),
-            None,
-        )
+        exemption = next((e for e in registered.not_applicable if e.reason == fit.reason), None)
         if exemption is None:
-            return  # nothing to patch for a reason no exemption names (a file absent, say)
+            return None  # nothing to patch for a reason no exemption names (a file absent)
         old, label = exemption.versions, "-"
     if old.contains(version):
-        return
-    lows = [s.version for s in old if s.operator in (">=", "==")]
-    wider = SpecifierSet(f">={min(lows, key=Version)},<={version}")
-    toml = ROOT / "patches" / f"{patch.id}.toml"
-    toml.write_text(_range_in_toml(toml.read_text(), label, old, wider))
-    for page in (ROOT / "docs" / "patches.md", ROOT / "README.md"):
-        page.write_text(_range_in_page(page.read_text(), patch, label, old, wider))
+        return None
+    bounds = [Version(s.version) for s in old] + [Version(version)]
+    wider = SpecifierSet(f">={min(bounds)},<={max(bounds)}")
+    ranges = [s.versions for s in registered.shapes] + [
+        e.versions for e in registered.not_applicable
+    ]
+    for other in (r for r in ranges if r != old):
+        reached = [Version(s.version) for s in other if wider.contains(s.version)]
+        if reached:
+            return f"{registered.id}: {label} would reach {span(other)}"
+    return registered, label, old, wider
 
 
 def _range_in_toml(text: str, label: str, old: SpecifierSet, wider: SpecifierSet) -> str:

@@ -83,3 +83,19 @@ def test_a_release_with_a_new_text_writes_nothing_and_says_what_is_new(tmp_path:
     assert "fp4_quantize text sha256: " in run.stdout
     assert "the known shape of the same structure: " in run.stdout
     assert {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()} == before
+
+
+def test_a_range_is_never_widened_into_another(tmp_path: Path) -> None:
+    """A copy whose shape 0.6.13 of fp4_quantize stops at 0.6.18.post1 and whose shape 0.7.1
+    starts at 0.7.0: 0.7.0.post1 carries 0.6.13's text, but widening that range would reach into
+    0.7.1's. Nothing is written; the clash is named."""
+    copy = _copy(tmp_path)
+    toml = copy / "patches" / "fp4-quantize-under-compile.toml"
+    _shrink(toml, '">=0.6.13,<=0.7.0.post1"', '">=0.6.13,<=0.6.18.post1"')
+    _shrink(toml, '">=0.7.1,<=0.7.2.post1"', '">=0.7.0,<=0.7.2.post1"')
+    before = {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()}
+    run = _catalog(copy, "add", "0.7.0.post1")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "widening a range would overlap another" in run.stdout
+    assert "fp4-quantize-under-compile: 0.6.13 would reach 0.7.0 \u2013 0.7.2.post1" in run.stdout
+    assert {p: p.read_bytes() for p in copy.rglob("*") if p.is_file()} == before

@@ -17,11 +17,10 @@ from fi_patcher.registry import (
     choose,
     expected,
     load_patches,
-    newest_named,
     parse_patch,
     span,
 )
-from tests.support.catalog import found_in
+from tests.support.catalog import found_in, newest_named
 from tests.support.expected import PATCHES, target_of
 from tests.support.hashes import function_hashes
 from tests.support.releases import (

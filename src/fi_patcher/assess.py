@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from fi_patcher.errors import FiPatchError, LayoutProblem, Unsupported
-from fi_patcher.identify import Reading, identify, read, where
+from fi_patcher.identify import Reading, identify, read, shapes_in, where
 from fi_patcher.model import (
     Assessment,
     Command,
@@ -27,7 +27,6 @@ from fi_patcher.model import (
     InstalledFile,
     Patch,
     PatchState,
-    Shape,
     State,
     Verdict,
 )
@@ -321,7 +320,7 @@ def _hand_patched(
 
     original, hand, marked = text, list[str](), list[str]()
     for patch, _ in members:
-        for shape in _shapes_in(patch, file.relpath):
+        for shape in shapes_in(patch, file.relpath):
             taken = take_out(original, patch, shape)
             if taken is None:
                 continue
@@ -335,7 +334,7 @@ def _hand_patched(
     # A hand-made fix over a text fi-patch does not know is no fix it can adopt: drifted.
     shapes = dict(state.shapes)
     for patch, _ in members:
-        matched = recognise(original, patch, _shapes_in(patch, file.relpath))
+        matched = recognise(original, patch, shapes_in(patch, file.relpath))
         if isinstance(matched, Match):
             shapes[patch.id] = matched.shape
         elif patch.id in hand:
@@ -352,10 +351,6 @@ def _hand_patched(
         rebuilt=original.encode("utf-8"),
         found=None,
     )
-
-
-def _shapes_in(patch: Patch, relpath: str) -> list[Shape]:
-    return [s for s in patch.shapes if (s.target or patch.target) == relpath]
 
 
 def _unrecognised_reason(text: str, patch: Patch, how: Fit) -> str:

@@ -89,7 +89,7 @@ def identify(patch: Patch, reading: Reading | None, version: str) -> Fit:
         return Fit(Verdict.UNKNOWN, None, located.reason)
     node, found = located
     raw = sha256_text(found.text)
-    mine = [s for s in patch.shapes if (s.target or patch.target) == relpath]
+    mine = shapes_in(patch, relpath)
     exact = [s for s in mine if raw in s.function_sha256]
     if by_version.shape in exact:
         exact = [by_version.shape, *(s for s in exact if s is not by_version.shape)]
@@ -116,6 +116,11 @@ def identify(patch: Patch, reading: Reading | None, version: str) -> Fit:
         hashes=(raw, structure),
         found=found,
     )
+
+
+def shapes_in(patch: Patch, relpath: str) -> list[Shape]:
+    """The patch's shapes whose function lives in `relpath`."""
+    return [s for s in patch.shapes if (s.target or patch.target) == relpath]
 
 
 def _holds(exemption: Exemption, tree: ast.Module, raw: str, function: str) -> bool:

@@ -217,20 +217,6 @@ def required(patch: Patch, applicable: Iterable[str]) -> tuple[str, ...]:
     return tuple(r for r in patch.requires.patches if r in present)
 
 
-def newest_named() -> Version:
-    """The newest release a range of the catalog names (the highest of its upper bounds)."""
-    ranges = [r for p in load_patches() for r in (*_shape_ranges(p), *_exempt_ranges(p))]
-    return max(Version(s.version) for r in ranges for s in r if s.operator in ("<=", "=="))
-
-
-def _shape_ranges(patch: Patch) -> list[SpecifierSet]:
-    return [s.versions for s in patch.shapes]
-
-
-def _exempt_ranges(patch: Patch) -> list[SpecifierSet]:
-    return [e.versions for e in patch.not_applicable]
-
-
 def known(patch: Patch) -> str:
     parts: Iterable[str] = (f"shape {s.name} {span(s.versions)}" for s in patch.shapes)
     nothing = (f"nothing to patch {span(e.versions)}" for e in patch.not_applicable)

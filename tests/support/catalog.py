@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 from fi_patcher.identify import identify, read, where
 from fi_patcher.model import Fit, Patch
 from fi_patcher.registry import load_patches
@@ -20,6 +22,16 @@ class Found:
     patch: Patch
     """Placed at the file that holds its function (`where`)."""
     fit: Fit
+
+
+def newest_named() -> Version:
+    """The newest release a range of the catalog names (the highest of its upper bounds)."""
+    ranges = [
+        r
+        for p in load_patches()
+        for r in (*(s.versions for s in p.shapes), *(e.versions for e in p.not_applicable))
+    ]
+    return max(Version(s.version) for r in ranges for s in r if s.operator in ("<=", "=="))
 
 
 def found_in(version: str, patches: Sequence[Patch] = ()) -> dict[str, Found]:
