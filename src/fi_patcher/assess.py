@@ -59,8 +59,8 @@ def assess(
         return Assessment(None, states, {}, busy, _warned(unreadable))
     version = installed.version
     readings = {relpath: read(relpath, data) for relpath, data in sources.items()}
-    placed = {p.id: where(p, readings, version) for p in (registry or patches)}
-    placed |= {p.id: where(p, readings, version) for p in patches if p.id not in placed}
+    placed = {p.id: where(p, readings, version) for p in patches}
+    placed |= {p.id: where(p, readings, version) for p in registry if p.id not in placed}
     fits = {i: identify(p, readings.get(p.target), version) for i, p in placed.items()}
     chosen = [placed[p.id] for p in patches]
     members = _members(chosen, fits, installed, sources, records)

@@ -29,9 +29,10 @@ class ExitCode(enum.IntEnum):
     ENVIRONMENT = 5
     """The target environment cannot be found or its interpreter cannot be run."""
     UNSUPPORTED = 6
-    """apply: the installed FlashInfer version is outside every known range of a patch."""
+    """A function's text fi-patch does not know, in a file that has not changed since it was
+    installed (state unknown); or a layout fi-patch does not know."""
     DRIFTED = 7
-    """The target file is neither FlashInfer's original nor fi-patch's patched text."""
+    """The target file changed since it was installed or since fi-patch wrote it."""
     LAYOUT = 8
     """The installation cannot be patched safely: editable, duplicated, or missing its file."""
     STORE = 9

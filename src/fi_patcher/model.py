@@ -445,4 +445,4 @@ class Assessment:
     applicable: frozenset[str] = frozenset()
     """The patches of the registry that apply here, told by the files (or in place already)."""
     none_found: bool = False
-    """None of the files any patch works on exists: a layout fi-patch may not know."""
+    """None of the patches' own files (`Patch.target`) exists: a layout fi-patch may not know."""
