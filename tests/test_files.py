@@ -24,6 +24,7 @@ from tests.support.venvs import (
     python_of,
     reinstall,
     replace_bytes,
+    rerecord,
     site_packages,
     target_file,
 )
@@ -233,6 +234,27 @@ def test_uv_venv_without_pip_and_uv_cache_links(runner: CliRunner, tmp_path: Pat
 
 
 HAND_FIX = "    if torch.version.cuda is not None:\n        return Version(torch.version.cuda)\n"
+
+
+def test_a_fix_made_by_hand_over_a_text_fi_patch_does_not_know_is_drifted(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    """A build whose get_cuda_version carries a comment of its own (RECORD lists it), with the
+    usual fix added by hand since: taken out, the file is RECORD's bytes, but its original is a
+    text fi-patch does not know, so there is nothing it could adopt. Drifted; apply changes
+    nothing, even forced."""
+    venv = venv_with("0.7.4")
+    path = target_file(venv)
+    header = b"def get_cuda_version() -> Version:\n"
+    commented = path.read_bytes().replace(header, header + b"    # a build's own comment\n", 1)
+    rerecord(venv, TARGET, commented)
+    assert state_of(runner, venv) == ("unknown", ExitCode.UNSUPPORTED)
+    by_hand = commented.replace(header, header + HAND_FIX.encode(), 1)
+    replace_bytes(path, by_hand)
+    assert state_of(runner, venv) == ("drifted", ExitCode.DRIFTED)
+    run = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--force")
+    assert run.code == ExitCode.DRIFTED, run.text
+    assert path.read_bytes() == by_hand
 
 
 @pytest.mark.parametrize(

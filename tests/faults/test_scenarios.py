@@ -9,7 +9,6 @@ RECORD rewritten to match where the scenario needs the file to look installed.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -35,6 +34,7 @@ from tests.support.venvs import (
     python_of,
     reinstall,
     replace_bytes,
+    rerecord,
     site_packages,
     target_file,
 )
@@ -53,15 +53,7 @@ def _dist_info(venv: Path) -> Path:
 
 def _rerecord(venv: Path, data: bytes) -> None:
     """Install `data` as cpp_ext.py the way an installer would: file and RECORD agree."""
-    path = target_file(venv)
-    replace_bytes(path, data)
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    record = _dist_info(venv) / "RECORD"
-    lines = [
-        f"{TARGET},sha256={digest},{len(data)}" if line.startswith(TARGET + ",") else line
-        for line in record.read_text().splitlines()
-    ]
-    replace_bytes(record, ("\n".join(lines) + "\n").encode())
+    rerecord(venv, TARGET, data)
 
 
 def _fake_python(venv: Path, script: str, mode: int = 0o755) -> None:

@@ -110,6 +110,18 @@ def replace_bytes(path: Path, data: bytes) -> None:
     temporary.replace(path)
 
 
+def rerecord(venv: Path, relpath: str, data: bytes) -> None:
+    """Install `data` as `relpath` the way an installer would: the file and RECORD agree."""
+    replace_bytes(site_packages(venv) / relpath, data)
+    (info,) = site_packages(venv).glob("flashinfer_python-*.dist-info")
+    row = ",".join(_record_row(relpath, data))
+    lines = [
+        row if line.startswith(relpath + ",") else line
+        for line in (info / "RECORD").read_text().splitlines()
+    ]
+    replace_bytes(info / "RECORD", ("\n".join(lines) + "\n").encode())
+
+
 def target_file(venv: Path) -> Path:
     return site_packages(venv) / TARGET
 
