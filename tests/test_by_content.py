@@ -11,7 +11,6 @@ untouched, and `apply --force` writes, proves and reverts it.
 from __future__ import annotations
 
 import ast
-import base64
 import hashlib
 from pathlib import Path
 
@@ -19,11 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 from fi_patcher.errors import ExitCode
-from fi_patcher.recognise import locate
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result, states_of
 from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.expected import PATCHES, files_of
+from tests.support.hashes import function_hashes
 from tests.support.relabel import relabelled
 from tests.support.releases import (
     CUDA,
@@ -36,24 +35,15 @@ from tests.support.releases import (
     fetch,
     released_text,
 )
-from tests.support.venvs import create_venv, pip, site_packages
+from tests.support.venvs import create_venv, pip, record_sha256, site_packages
 
 PRE_RELEASES = {"0.6.0rc1": (CUDA, OP_BOUNDARY), "0.7.2rc6": (CUDA, UNDER_COMPILE)}
-
-
-def _record_hash(venv: Path, relpath: str) -> str:
-    (info,) = site_packages(venv).glob("flashinfer_python-*.dist-info")
-    for line in (info / "RECORD").read_text().splitlines():
-        if line.startswith(relpath + ","):
-            value = line.split(",")[1].removeprefix("sha256=")
-            return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
-    raise AssertionError(relpath)
 
 
 def _unchanged(venv: Path, *relpaths: str) -> bool:
     site = site_packages(venv)
     return all(
-        hashlib.sha256((site / r).read_bytes()).hexdigest() == _record_hash(venv, r)
+        hashlib.sha256((site / r).read_bytes()).hexdigest() == record_sha256(venv, r)
         for r in relpaths
     )
 
@@ -169,10 +159,8 @@ def test_a_changed_docstring_is_unknown_and_force_lets_the_proof_decide(
     state = patch_result(checked.json, UNDER_COMPILE)
     assert state["state"] == "unknown"
     assert state["found"]["structure_matches"] == "0.7.4"
-    assert (
-        state["found"]["text_sha256"]
-        == hashlib.sha256(_function_text(installed.decode())).hexdigest()
-    )
+    hashes = function_hashes(installed.decode(), PATCHES[UNDER_COMPILE].function)
+    assert hashes is not None and state["found"]["text_sha256"] == hashes[0]
     assert "apply --force" in state["reason"]
     assert patch_result(checked.json, CUDA)["state"] == "pristine"
 
@@ -246,9 +234,3 @@ def test_a_patch_added_beside_a_forced_one_rebuilds_the_file(
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert (site_packages(venv) / FP4).read_bytes() == installed
     assert _unchanged(venv, TARGET, FP4)
-
-
-def _function_text(text: str) -> bytes:
-    located = locate(ast.parse(text), text, PATCHES[UNDER_COMPILE].function)
-    assert isinstance(located, tuple)
-    return located[1].text.encode("utf-8")

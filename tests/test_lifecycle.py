@@ -10,7 +10,6 @@ tests/support/venvs.py); the others are real wheel installs by pip.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 from pathlib import Path
@@ -32,19 +31,9 @@ from tests.support.releases import (
     UNDER_COMPILE,
     released_text,
 )
-from tests.support.venvs import site_packages
+from tests.support.venvs import record_sha256, site_packages
 
 PATCHABLE = [v for v, r in RELEASES.items() if r.shapes]
-
-
-def record_sha256(venv: Path, relpath: str = TARGET) -> str:
-    (info,) = site_packages(venv).glob("flashinfer_python-*.dist-info")
-    for line in (info / "RECORD").read_text().splitlines():
-        path, digest, _ = line.rsplit(",", 2)
-        if path == relpath:
-            value = digest.removeprefix("sha256=")
-            return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
-    raise AssertionError(f"RECORD does not list {relpath}")
 
 
 def sha256(path: Path) -> str:

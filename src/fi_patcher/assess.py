@@ -103,8 +103,8 @@ def _members(
     those fi-patch wrote, and those whose file is missing although its version's range names
     it or RECORD lists it (a broken install)."""
     members: dict[str, list[tuple[Patch, Fit]]] = {}
+    version = installed.version
     for patch in chosen:
-        version = installed.version
         recorded = patch.id in _recorded(records.get(patch.target), version)
         named = expected(patch, version).verdict is Verdict.KNOWN
         listed = installed.files[patch.target].recorded and sources.get(patch.target) is None

@@ -11,8 +11,6 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from packaging.version import InvalidVersion, Version
-
 from fi_patcher.model import Exemption, Fit, Patch, Shape, Verdict
 from fi_patcher.recognise import (
     Match,
@@ -24,7 +22,7 @@ from fi_patcher.recognise import (
     sha256_text,
     structure_sha256,
 )
-from fi_patcher.registry import expected, span
+from fi_patcher.registry import expected, holds, span
 
 
 @dataclass(frozen=True)
@@ -137,7 +135,7 @@ def _nothing(
     """Nothing to patch, told by the file. An exemption's own words where its range holds the
     version (or where it says what the file holds, not since when); the file's fact otherwise."""
     reason = told
-    if exemption is not None and (exemption.absent is None or _within(exemption, version)):
+    if exemption is not None and (exemption.absent is None or holds(exemption.versions, version)):
         reason = exemption.reason
     note = None
     if by_version.verdict is Verdict.KNOWN and by_version.shape is not None:
@@ -146,13 +144,6 @@ def _nothing(
             f"nothing to patch ({told})"
         )
     return Fit(Verdict.NOT_APPLICABLE, None, reason, note=note)
-
-
-def _within(exemption: Exemption, version: str) -> bool:
-    try:
-        return exemption.versions.contains(Version(version), prereleases=False)
-    except InvalidVersion:
-        return False
 
 
 def _carries(patch: Patch, shape: Shape, by_version: Fit, version: str) -> str | None:

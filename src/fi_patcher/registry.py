@@ -198,16 +198,24 @@ def expected(patch: Patch, version: str) -> Fit:
     it (`<=0.7.4` does not admit 0.7.4.post1). Local labels (`0.7.4+cu130`) are ignored.
     """
     try:
-        parsed = Version(version)
+        Version(version)
     except InvalidVersion:
         return Fit(Verdict.UNKNOWN, None, f"{version!r} is not a valid version")
     for exemption in patch.not_applicable:
-        if exemption.versions.contains(parsed, prereleases=False):
+        if holds(exemption.versions, version):
             return Fit(Verdict.NOT_APPLICABLE, None, exemption.reason)
     for shape in patch.shapes:
-        if shape.versions.contains(parsed, prereleases=False):
+        if holds(shape.versions, version):
             return Fit(Verdict.KNOWN, shape, f"shape {shape.name} ({span(shape.versions)})")
     return Fit(Verdict.UNKNOWN, None, f"{version} is outside every known range: {known(patch)}")
+
+
+def holds(versions: SpecifierSet, version: str) -> bool:
+    """Whether a range holds an exact version: never a pre-release, nor an invalid version."""
+    try:
+        return versions.contains(Version(version), prereleases=False)
+    except InvalidVersion:
+        return False
 
 
 def required(patch: Patch, applicable: Iterable[str]) -> tuple[str, ...]:

@@ -4,13 +4,13 @@ with, optionally, one file's bytes changed. The result is installed by pip like 
 
 from __future__ import annotations
 
-import base64
 import csv
-import hashlib
 import io
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from tests.support.venvs import record_row
 
 Edit = Callable[[bytes], bytes]
 
@@ -37,14 +37,9 @@ def relabelled(
                 data = edits[path](data)
             built.writestr(path, data, compress_type=zipfile.ZIP_DEFLATED)
             if not path.endswith("/"):
-                rows.append((path, _digest(data), str(len(data))))
+                rows.append(record_row(path, data))
         rows.append((after + "RECORD", "", ""))
         buffer = io.StringIO()
         csv.writer(buffer, lineterminator="\n").writerows(rows)
         built.writestr(after + "RECORD", buffer.getvalue())
     return target
-
-
-def _digest(data: bytes) -> str:
-    encoded = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"sha256={encoded}"

@@ -76,21 +76,21 @@ def install_from_sdist(venv: Path, release: Release) -> None:
         destination = site / name
         destination.parent.mkdir(parents=True, exist_ok=True)
         destination.write_bytes(data)
-        rows.append(_record_row(name, data))
+        rows.append(record_row(name, data))
     info_name = f"flashinfer_python-{release.version}.dist-info"
     info = site / info_name
     info.mkdir()
     metadata = {"METADATA": files["PKG-INFO"], "INSTALLER": b"fi-patch-tests\n"}
     for name, data in metadata.items():
         (info / name).write_bytes(data)
-        rows.append(_record_row(f"{info_name}/{name}", data))
+        rows.append(record_row(f"{info_name}/{name}", data))
     rows.append((f"{info_name}/RECORD", "", ""))
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows(rows)
     (info / "RECORD").write_text(buffer.getvalue())
 
 
-def _record_row(name: str, data: bytes) -> tuple[str, str, str]:
+def record_row(name: str, data: bytes) -> tuple[str, str, str]:
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
     return name, f"sha256={digest}", str(len(data))
 
@@ -110,11 +110,22 @@ def replace_bytes(path: Path, data: bytes) -> None:
     temporary.replace(path)
 
 
+def record_sha256(venv: Path, relpath: str = TARGET) -> str:
+    """The hex sha256 that the installed distribution's RECORD lists for `relpath`."""
+    (info,) = site_packages(venv).glob("flashinfer_python-*.dist-info")
+    for line in (info / "RECORD").read_text().splitlines():
+        path, digest, _ = line.rsplit(",", 2)
+        if path == relpath:
+            value = digest.removeprefix("sha256=")
+            return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).hex()
+    raise AssertionError(f"RECORD does not list {relpath}")
+
+
 def rerecord(venv: Path, relpath: str, data: bytes) -> None:
     """Install `data` as `relpath` the way an installer would: the file and RECORD agree."""
     replace_bytes(site_packages(venv) / relpath, data)
     (info,) = site_packages(venv).glob("flashinfer_python-*.dist-info")
-    row = ",".join(_record_row(relpath, data))
+    row = ",".join(record_row(relpath, data))
     lines = [
         row if line.startswith(relpath + ",") else line
         for line in (info / "RECORD").read_text().splitlines()
