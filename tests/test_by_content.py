@@ -23,7 +23,7 @@ from tests.support.cli import fi_patch, patch_result, states_of
 from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.expected import PATCHES, files_of
 from tests.support.hashes import function_hashes
-from tests.support.relabel import relabelled
+from tests.support.relabel import docstring_changed, relabelled
 from tests.support.releases import (
     CUDA,
     FORWARDING,
@@ -85,22 +85,6 @@ def test_a_pre_release_is_patched_by_what_its_files_hold(
         assert _unchanged(venv, relpath)
 
 
-def _docstring_changed(data: bytes) -> bytes:
-    """fp4_quantize with one more line in its docstring: its text changes, its structure not."""
-    text = data.decode("utf-8")
-    node = next(
-        n
-        for n in ast.parse(text).body
-        if isinstance(n, ast.FunctionDef) and n.name == PATCHES[UNDER_COMPILE].function
-    )
-    doc = node.body[0]
-    assert isinstance(doc, ast.Expr) and doc.end_lineno and doc.end_lineno > doc.lineno
-    lines = text.splitlines(keepends=True)
-    indent = " " * doc.col_offset
-    lines.insert(doc.lineno, f"{indent}(This build carries a line of its own here.)\n")
-    return "".join(lines).encode("utf-8")
-
-
 @pytest.fixture(scope="module")
 def future(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """0.7.4's wheel rebuilt as 0.7.5, as it is and with fp4_quantize's docstring changed."""
@@ -112,7 +96,7 @@ def future(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     changed.mkdir()
     return {
         "same": relabelled(wheel, "0.7.4", "0.7.5", same),
-        "changed": relabelled(wheel, "0.7.4", "0.7.5", changed, {FP4: _docstring_changed}),
+        "changed": relabelled(wheel, "0.7.4", "0.7.5", changed, {FP4: docstring_changed}),
     }
 
 
@@ -185,11 +169,12 @@ def test_a_changed_docstring_is_unknown_and_force_lets_the_proof_decide(
     # A reinstall puts the build's text back: wiped, and written again only with --force.
     pip(venv, "install", "--force-reinstall", "--no-deps", "--no-index", str(future["changed"]))
     wiped = fi_patch(runner, "check", "--venv", venv, "--json")
-    assert (patch_result(wiped.json, UNDER_COMPILE)["state"], wiped.code) == ("wiped", 3)
+    # check says what apply would do: refuse (6) without --force, not "needs apply" (3).
+    assert (patch_result(wiped.json, UNDER_COMPILE)["state"], wiped.code) == ("wiped", 6)
     assert "apply --force" in patch_result(wiped.json, UNDER_COMPILE)["reason"]
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.UNSUPPORTED
     assert fp4.read_bytes() == installed
-    again = fi_patch(runner, "apply", "--venv", venv, "--force", "--no-verify")
+    again = fi_patch(runner, "apply", "--venv", venv, "--force")
     assert again.code == ExitCode.OK, again.text
 
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
@@ -222,9 +207,7 @@ def test_a_patch_added_beside_a_forced_one_rebuilds_the_file(
     installed = (site_packages(venv) / FP4).read_bytes()
     states, code = states_of(runner, venv)
     assert (states[FORWARDING], states[UNDER_COMPILE], code) == ("unknown", "pristine", 6)
-    first = fi_patch(
-        runner, "apply", "--venv", venv, "--force", "--patch", FORWARDING, "--no-verify"
-    )
+    first = fi_patch(runner, "apply", "--venv", venv, "--force", "--patch", FORWARDING)
     assert first.code == ExitCode.OK, first.text
     rest = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
     assert rest.code == ExitCode.OK, rest.stdout

@@ -252,7 +252,7 @@ def test_a_fix_made_by_hand_over_a_text_fi_patch_does_not_know_is_drifted(
     by_hand = commented.replace(header, header + HAND_FIX.encode(), 1)
     replace_bytes(path, by_hand)
     assert state_of(runner, venv) == ("drifted", ExitCode.DRIFTED)
-    run = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--force")
+    run = fi_patch(runner, "apply", "--venv", venv, "--force")
     assert run.code == ExitCode.DRIFTED, run.text
     assert path.read_bytes() == by_hand
 

@@ -1,4 +1,4 @@
-"""Every command's --json output validates against docs/schema/output-v4.json."""
+"""Every command's --json output validates against docs/schema/output-v5.json."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tests.support.cli import fi_patch, patch_result
 from tests.support.releases import UNDER_COMPILE
 
 SCHEMA = json.loads(
-    (Path(__file__).resolve().parents[1] / "docs" / "schema" / "output-v4.json").read_text()
+    (Path(__file__).resolve().parents[1] / "docs" / "schema" / "output-v5.json").read_text()
 )
 
 
@@ -71,7 +71,7 @@ def test_verification_output_validates(runner: CliRunner, venv_with: MakeVenv) -
 @pytest.mark.parametrize("broken", ["state", "exit_code"])
 def test_schema_rejects_what_fi_patch_never_prints(broken: str) -> None:
     document: dict[str, Any] = {
-        "schema": 4,
+        "schema": 5,
         "command": "check",
         "fi_patch_version": "0.5.0",
         "exit_code": 0,
@@ -83,6 +83,7 @@ def test_schema_rejects_what_fi_patch_never_prints(broken: str) -> None:
                 "version": "0.7.4",
                 "status": "ok",
                 "exit_code": 0,
+                "refusal": None,
                 "patches": [
                     {
                         "patch": "p",
@@ -96,6 +97,8 @@ def test_schema_rejects_what_fi_patch_never_prints(broken: str) -> None:
                         "note": None,
                         "found": None,
                         "forced": False,
+                        "apply": "nothing",
+                        "refusal": None,
                         "exit_code": 0,
                     }
                 ],

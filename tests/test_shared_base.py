@@ -83,7 +83,8 @@ def test_the_base_copy_is_patched_only_through_the_base(
     original = sha256(base_file)
 
     check = fi_patch(runner, "check", "--venv", venv, "--json")
-    assert check.code == ExitCode.NEEDS_APPLY
+    # check says what apply would do here: refuse (8), as apply does below.
+    assert check.code == ExitCode.LAYOUT
     assert patch_result(check.json)["file"] == str(base_file)
     (result,) = check.json["results"]
     assert any(f"fi-patch apply --python {base_python}" in w for w in result["warnings"])

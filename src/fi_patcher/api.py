@@ -10,39 +10,57 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fi_patcher.assess import install_problem
-from fi_patcher.model import PatchSet
+from fi_patcher.decision import decide
+from fi_patcher.model import PatchSet, State
 from fi_patcher.options import Options, Target
 from fi_patcher.proofs import ProofRequest, prove
-from fi_patcher.results import Checked, Outcome
-from fi_patcher.target import copies, foreign, imported_instead, inspect, open_target
+from fi_patcher.results import ApplyVerdict, Checked, Outcome
+from fi_patcher.target import copies, foreign, inspect, not_installed, open_target
 
 __all__ = ["Options", "Target", "apply", "check", "open_target", "revert", "verify"]
 
 
-def check(target: Target, chosen: PatchSet) -> Checked:
-    """Every chosen patch's state. Reads only: takes no lock and creates nothing, and records it
-    may not read (another user's) do not stop it: the files' hashes still answer."""
+def check(target: Target, chosen: PatchSet, options: Options | None = None) -> Checked:
+    """Every chosen patch's state, and what apply would do with it: the very decision apply
+    acts on (`decision.decide`), so that check's exit code is apply's verdict. Reads only:
+    takes no lock and creates nothing (the pre-flight runs in the target where apply would
+    write), and records it may not read (another user's) do not stop it: the files' hashes
+    still answer."""
     interpreter = target.interpreter
-    assessment = inspect(interpreter, chosen.patches, reading=True).assessment
+    inspection = inspect(interpreter, chosen.patches, reading=True)
+    assessment = inspection.assessment
     problem = install_problem(assessment)
     if problem is not None:
         raise problem
     installed = assessment.installed
+    if installed is None:
+        refused = not_installed(assessment, interpreter)
+        verdicts = {
+            s.patch.id: ApplyVerdict("refuse", refused.message, refused) for s in assessment.patches
+        }
+        return Checked(target, assessment, verdicts, refused)
+    decision = decide(interpreter, inspection, chosen, options or Options())
     shared = foreign(installed, interpreter, "apply")
-    instead = imported_instead(installed, interpreter)
     notes: tuple[str, ...] = (f"{shared.message}; {shared.remedy}",) if shared else ()
-    notes += copies(installed, interpreter, instead)
-    assessment = replace(assessment, warnings=assessment.warnings + notes, imported_instead=instead)
-    return Checked(target, assessment)
+    notes += decision.judgement.warnings + copies(installed, interpreter, None)
+    assessment = replace(
+        assessment,
+        patches=decision.states,
+        warnings=assessment.warnings + notes,
+        imported_instead=decision.instead,
+    )
+    return Checked(target, assessment, decision.verdicts, decision.plan.refusal)
 
 
 def verify(target: Target, checked: Checked, options: Options) -> Checked:
     """Run the proofs in one fresh process of the target: after the patch where it is applied,
     before it elsewhere."""
     requests = [
-        ProofRequest(s.patch, "after" if s.state == "patched" else "before", s.file.path)
+        ProofRequest(s.patch, "after" if s.state is State.PATCHED else "before", s.file.path)
         for s in checked.assessment.patches
-        if s.file is not None and s.file.condition != "absent" and s.state != "not-applicable"
+        if s.file is not None
+        and s.file.condition != "absent"
+        and s.state not in (State.NOT_APPLICABLE, State.LEFT_OUT)
     ]
     if requests:
         options.progress(f"proving in {target.interpreter.python} (importing torch and FlashInfer)")

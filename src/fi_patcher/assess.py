@@ -196,7 +196,15 @@ def file_state(
     its record of a release installed before this one."""
     base = FileState(file.relpath, file.path, "drifted", "", upgraded=upgraded)
     if source is None:
-        return replace(base, condition="absent", reason=f"{file.path} is absent")
+        # Gone, not original: the record and its backup stay, for revert to put back.
+        gone = settle(record, None)
+        return replace(
+            base,
+            condition="absent",
+            reason=_absent_reason(file, gone.record),
+            record=gone.record,
+            interrupted=gone.interrupted,
+        )
     sha = sha256_bytes(source)
     settled = settle(record, sha)
     state = replace(
@@ -218,10 +226,22 @@ def file_state(
         return replace(
             found,
             reason=f"{file.path} changed since fi-patch wrote it (sha256 {sha[:12]}…, fi-patch "
-            f"wrote {written[:12]}…); `fi-patch revert --force` puts FlashInfer's original back "
-            "from fi-patch's backup",
+            f"wrote {written[:12]}…)",
         )
     return found
+
+
+def _absent_reason(file: InstalledFile, record: FileRecord | None) -> str:
+    if record is None or not (record.patches or record.pending):
+        return f"{file.path} is absent"
+    return (
+        f"{file.path} is missing, although fi-patch patched it (its backup of FlashInfer's "
+        "original is kept)"
+    )
+
+
+REVERT_FORCE = "`fi-patch revert --force` puts FlashInfer's original back from fi-patch's backup"
+"""The one way back from a file changed since fi-patch wrote it."""
 
 
 def install_problem(assessment: Assessment) -> FiPatchError | None:
@@ -242,8 +262,13 @@ def install_problem(assessment: Assessment) -> FiPatchError | None:
             continue
         named = expected(state.patch, installed.version).verdict is Verdict.KNOWN
         listed = installed.files[file.relpath].recorded
-        if file.condition == "absent" and (named or listed):
+        if file.condition == "absent" and (named or listed or file.record is not None):
             ships = "its RECORD lists it" if listed else f"{installed.version} ships it"
+            if file.record is not None:
+                ships = "fi-patch patched it"
+                reinstall += (
+                    "; or `fi-patch revert` puts fi-patch's backup of its original back there"
+                )
             return LayoutProblem(
                 f"{file.path} is missing, but {ships}: {installed.name} {installed.version} is "
                 "installed only in part",
@@ -395,11 +420,15 @@ def patch_state(patch: Patch, how: Fit, file: FileState | None, version: str) ->
                 f"is shape {written.shape}'s"
             )
         return PatchState(patch, State.PATCHED, reason, how, patch.shape_named(written.shape), file)
+    if file is not None and file.condition == "absent":
+        return PatchState(patch, State.MISSING, file.reason, how, file=file)
     if how.verdict is Verdict.NOT_APPLICABLE:
         reason = f"not applicable: nothing to patch ({how.reason})"
         return PatchState(patch, State.NOT_APPLICABLE, reason, how, file=file)
     assert file is not None
     known = PatchState(patch, State.DRIFTED, file.reason, how, how.shape, file)
+    if file.condition == "drifted" and file.record is not None:
+        return replace(known, reason=file.reason + f"; {REVERT_FORCE}")
     if file.condition == "drifted":
         return known
     if file.condition == "hand-patched" and patch.id in file.hand:

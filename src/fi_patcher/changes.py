@@ -96,6 +96,7 @@ def revert_change(file: RevertFile, current: bytes | None, original: bytes) -> C
         after,
         replace(record, pending=pending),
         committed if kept else None,
+        absent=current is None,
     )
 
 
@@ -134,7 +135,11 @@ def compose(
 
 
 def diff(change: Change) -> str:
-    return render_diff(change.before.decode("utf-8"), change.after.decode("utf-8"), change.relpath)
+    return diff_bytes(change.before, change.after, change.relpath)
+
+
+def diff_bytes(before: bytes, after: bytes, relpath: str) -> str:
+    return render_diff(before.decode("utf-8", "replace"), after.decode("utf-8", "replace"), relpath)
 
 
 def _patch_record(

@@ -109,7 +109,9 @@ NoVerify = Annotated[
 Json = Annotated[
     bool,
     typer.Option(
-        "--json", help="Print one JSON document on stdout (schema 2), and nothing else there."
+        "--json",
+        help=f"Print one JSON document on stdout (schema {documents.SCHEMA_VERSION}), and "
+        "nothing else there.",
     ),
 ]
 Quiet = Annotated[
@@ -170,8 +172,8 @@ def apply_command(
             help="Patch a function whose text fi-patch does not know (state unknown) where its "
             "structure (its code, without comments, layout or docstring) is a known shape's: "
             "write that shape's change, let the proofs decide, roll back what they do not "
-            "prove. Recorded as forced; revert gives RECORD's bytes. Drifted files are never "
-            "forced.",
+            "prove (it cannot go with --no-verify). Recorded as forced; revert gives "
+            "RECORD's bytes. Drifted files are never forced.",
         ),
     ] = False,
     no_verify: NoVerify = False,
@@ -198,6 +200,8 @@ def apply_command(
     (exit 13). Idempotent.
     """
     as_json = _flags(quiet, verbose, as_json)
+    if force and no_verify:
+        _fail(as_json, _FORCE_WITHOUT_PROOFS)
     chosen = _choose(patch, as_json)
     from fi_patcher import api
 
@@ -210,6 +214,14 @@ def apply_command(
         verify_timeout=verify_timeout,
     )
     _run_targets("apply", as_json, venv, python, timeout, _acting("apply", chosen, options))
+
+
+_FORCE_WITHOUT_PROOFS = UsageError(
+    "--force cannot go with --no-verify: a forced change is written over a text fi-patch does "
+    "not know, and only the proofs can say it works",
+    remedy="drop --no-verify: apply --force proves the change and rolls back what the proofs "
+    "do not pass",
+)
 
 
 @app.command("revert")
@@ -263,12 +275,14 @@ def check_command(
     verbose: Verbose = False,
 ) -> None:
     """Say, for each patch, whether the target is pristine, patched, wiped by a reinstall, made
-    by hand, unknown (a function text fi-patch has never seen) or drifted.
+    by hand, unknown (a function text fi-patch has never seen), drifted, or left out, and what
+    `fi-patch apply` with the same --patch would do with it.
 
-    Exit 0 only when every chosen patch is patched or not applicable in every target; 3 when
-    apply is needed (or a run was interrupted); 4 not installed; 6 unknown; 7 drifted; 13 a
-    proof failed under --verify; the others name what stopped fi-patch (5 environment, 8
-    layout, 9 records).
+    The exit code is apply's verdict: 0 where apply would change nothing, 3 where it would
+    write, and otherwise the code apply would refuse with (4 not installed, 6 unknown, 7
+    drifted, 8 layout, 11 CPU torch for a named patch, 12 toolkit mismatch, 14 no torch, 15 a
+    requirement of a named patch); 13 where a proof fails under --verify. So `fi-patch check
+    || fi-patch apply` does what it says, once.
     """
     as_json = _flags(quiet, verbose, as_json)
     chosen = _choose(patch, as_json)
@@ -276,11 +290,9 @@ def check_command(
     def work(target: Target, progress: Progress) -> Result:
         from fi_patcher import api
 
-        checked = api.check(target, chosen)
-        if verify:
-            options = api.Options(timeout=timeout, verify_timeout=verify_timeout, progress=progress)
-            checked = api.verify(target, checked, options)
-        return checked
+        options = api.Options(timeout=timeout, verify_timeout=verify_timeout, progress=progress)
+        checked = api.check(target, chosen, options)
+        return api.verify(target, checked, options) if verify else checked
 
     _run_targets("check", as_json, venv, python, timeout, work)
 
@@ -378,7 +390,9 @@ def _run_targets(
         return work(open_target(*spec, os.environ, timeout), progress)
 
     def body(out: Console) -> int:
-        with render.progress(as_json, _verbosity) as progress:
+        from fi_patcher.interrupts import handled
+
+        with handled(), render.progress(as_json, _verbosity) as progress:
             if len(specs) == 1:
                 results = [_guarded(one, specs[0], progress)]
             else:
@@ -410,12 +424,21 @@ def _run_targets(
 def _guarded(one: Callable[[Spec, Progress], Result], spec: Spec, progress: Progress) -> Result:
     """One target's result; its error, whatever it is, becomes its result, so that the other
     targets go on and their results are reported."""
+    from fi_patcher.errors import Interrupted
+    from fi_patcher.interrupts import Stop
     from fi_patcher.results import Failed
 
     try:
         return one(spec, progress)
     except FiPatchError as error:
         return Failed(_spec_text(spec), error)
+    except Stop as stop:
+        stopped = Interrupted(
+            stop.signum,
+            f"interrupted by {stop.name} before any change: nothing was written",
+            remedy="run the command again when you are ready",
+        )
+        return Failed(_spec_text(spec), stopped)
     except Exception as exc:  # a bug on one target must not lose the others' results
         return Failed(_spec_text(spec), _bug(exc))
 

@@ -1,4 +1,4 @@
-"""The `--json` documents (schema 4, docs/json.md): plain dicts built from result values.
+"""The `--json` documents (schema 5, docs/json.md): plain dicts built from result values.
 
 Pure: nothing here prints, decides or imports typer or rich; every exit code and status comes
 from the result itself.
@@ -18,7 +18,7 @@ from fi_patcher.proofs import Preflight, ProofReport
 from fi_patcher.registry import span
 from fi_patcher.results import Checked, Failed, Outcome, PatchOutcome, Result
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def envelope(command: str, results: list[dict[str, Any]], code: int) -> dict[str, Any]:
@@ -73,18 +73,23 @@ def check_result(checked: Checked) -> dict[str, Any]:
     patches = []
     for state in assessment.patches:
         report = checked.reports.get(state.patch.id)
+        verdict = checked.verdicts.get(state.patch.id)
         document = {
             **_patch_state(state, assessment.installed),
+            "apply": verdict.would if verdict is not None else "nothing",
+            "refusal": error_json(verdict.refusal) if verdict and verdict.refusal else None,
             "exit_code": int(checked.code_of(state)),
         }
         if report is not None:
             document["verification"] = proof_json(report)
         patches.append(document)
     instead = assessment.imported_instead
+    refusal = checked.refusal
     return {
         **_target(checked.target, assessment),
         "status": checked.status,
         "exit_code": int(checked.exit_code),
+        "refusal": error_json(refusal) if refusal is not None else None,
         "patches": patches,
         "warnings": list(assessment.warnings),
     } | ({"imported_instead": {"path": str(instead.path), "via": instead.via}} if instead else {})

@@ -6,16 +6,20 @@ fi-patch: every fact about the target comes from a stdlib-only probe run by the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from fi_patcher.errors import EnvironmentProblem, UsageError
+from fi_patcher.interrupts import checkpoint
 from fi_patcher.model import Imported, Interpreter
 
 PROBE_TIMEOUT = 30.0
@@ -30,7 +34,7 @@ def choose_python(
     if venv is not None and python is not None:
         raise UsageError("give --venv or --python, not both")
     if python is not None:
-        return _refuse_dangling(_absolute(python)), "--python"
+        return _interpreter(_absolute(python)), "--python"
     if venv is not None:
         return interpreter_in(_absolute(venv)), "--venv"
     for variable in ("VIRTUAL_ENV", "CONDA_PREFIX"):
@@ -52,7 +56,11 @@ def interpreter_in(prefix: Path) -> Path:
             remedy="check the path, or create it with `python -m venv` / `uv venv`",
         )
     if not prefix.is_dir():
-        raise EnvironmentProblem(f"{prefix} is not a directory, so it is not an environment")
+        raise EnvironmentProblem(
+            f"{prefix} is not a directory, so it is not an environment",
+            remedy=f"--venv takes the environment's folder; to name an interpreter, pass "
+            f"--python {prefix}",
+        )
     for candidate in (prefix / "bin" / "python", prefix / "bin" / "python3"):
         if candidate.exists():
             return candidate
@@ -62,6 +70,19 @@ def interpreter_in(prefix: Path) -> Path:
         remedy="point --venv at the folder that holds bin/python (a venv or conda prefix), "
         "or pass the interpreter itself with --python",
     )
+
+
+def _interpreter(python: Path) -> Path:
+    """What --python names: an interpreter, not a folder."""
+    if python.is_dir():
+        held = any((python / "bin" / name).exists() for name in ("python", "python3"))
+        hint = f"--venv {python}" if held else "the interpreter itself"
+        raise EnvironmentProblem(
+            f"{python} is a directory, not an interpreter",
+            remedy=f"--python takes an interpreter (such as {python}/bin/python); for an "
+            f"environment's folder, pass {hint}",
+        )
+    return _refuse_dangling(python)
 
 
 def _refuse_dangling(python: Path) -> Path:
@@ -204,33 +225,64 @@ def run_target(
     stdin: bytes | None = None,
     timeout_flag: str = "--timeout",
 ) -> subprocess.CompletedProcess[str]:
+    """Run the target's python, in a session of its own: a Ctrl-C in the terminal reaches
+    fi-patch, which kills the process at its next look (`interrupts.checkpoint`)."""
     environ = {**os.environ, "PYTHONUTF8": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     try:
-        completed = subprocess.run(
+        process = subprocess.Popen(
             [os.fspath(python), *arguments],
-            input=stdin,
-            capture_output=True,
-            timeout=timeout,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=environ,
-            check=False,
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired as exc:
-        raise EnvironmentProblem(
-            f"the interpreter {python} did not finish the {what} within {timeout:g} s",
-            remedy=f"check that the interpreter starts quickly, or raise {timeout_flag}",
-        ) from exc
     except OSError as exc:
         raise EnvironmentProblem(
             f"cannot run the interpreter {python}: {exc.strerror or exc}",
             remedy="check that it exists and is executable (a broken venv can be recreated "
             "with `python -m venv --clear`)",
         ) from exc
+    try:
+        stdout, stderr = _wait(process, stdin, timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise EnvironmentProblem(
+            f"the interpreter {python} did not finish the {what} within {timeout:g} s",
+            remedy=f"check that the interpreter starts quickly, or raise {timeout_flag}",
+        ) from exc
     return subprocess.CompletedProcess(
-        completed.args,
-        completed.returncode,
-        completed.stdout.decode("utf-8", "replace"),
-        completed.stderr.decode("utf-8", "replace"),
+        process.args,
+        process.returncode,
+        stdout.decode("utf-8", "replace"),
+        stderr.decode("utf-8", "replace"),
     )
+
+
+def _wait(
+    process: subprocess.Popen[bytes], stdin: bytes | None, timeout: float
+) -> tuple[bytes, bytes]:
+    """The process's output once it ends; it is killed, with everything it started, when the
+    time is up or a signal asks fi-patch to stop."""
+    deadline = time.monotonic() + timeout
+    given = stdin
+    try:
+        while True:
+            try:
+                return process.communicate(given, timeout=_LOOK)
+            except subprocess.TimeoutExpired:
+                given = None
+                checkpoint()
+                if time.monotonic() >= deadline:
+                    raise
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise
+
+
+_LOOK = 0.1
+"""Seconds between looks for a signal while a process of the target runs."""
 
 
 def _unframe(stdout: str) -> dict[str, Any] | None:

@@ -7,8 +7,9 @@ remedy (what to do). Only ``cli.main`` catches them; anything else is a bug and 
 from __future__ import annotations
 
 import enum
-
-from fi_patcher.model import State
+import signal
+from collections.abc import Sequence
+from typing import Self
 
 
 class ExitCode(enum.IntEnum):
@@ -49,6 +50,11 @@ class ExitCode(enum.IntEnum):
     """torch is not installed in the target environment."""
     REQUIREMENT = 15
     """A patch named with --patch needs what the target lacks: a newer torch, or another patch."""
+    INTERRUPTED = 130
+    """Stopped by SIGINT (Ctrl-C): every file is put back, committed, or stranded with its backup,
+    and the report says which (128 + the signal's number, as a shell reports it)."""
+    TERMINATED = 143
+    """Stopped by SIGTERM: as INTERRUPTED."""
 
 
 class FiPatchError(Exception):
@@ -61,6 +67,26 @@ class FiPatchError(Exception):
         self.message = message
         self.remedy = remedy
         self.details = details
+
+    def adding(self, details: Sequence[str]) -> Self:
+        """The same error, with more lines in its details."""
+        other = type(self).__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other.args = self.args
+        other.details = (*self.details, *details)
+        return other
+
+
+def gravest(errors: Sequence[FiPatchError]) -> FiPatchError | None:
+    """The refusal with the highest exit code (the first of those), the others named in its
+    details, each once."""
+    if not errors:
+        return None
+    first = max(errors, key=lambda e: e.exit_code)
+    others = dict.fromkeys(
+        f"also refused: {e.message}" for e in errors if e.message != first.message
+    )
+    return first.adding(tuple(others)) if others else first
 
 
 class UsageError(FiPatchError):
@@ -128,23 +154,10 @@ class RequirementUnmet(FiPatchError):
     exit_code = ExitCode.REQUIREMENT
 
 
-def exit_code_for(state: State, interrupted: bool = False) -> ExitCode:
-    """`check`'s exit code for one target: 0 only where nothing needs doing.
+class Interrupted(FiPatchError):
+    """A signal (SIGINT or SIGTERM) stopped the command; the result says what each file holds."""
 
-    Patched bytes left by an interrupted apply (not yet verified) or revert still need a command.
-    """
-    if interrupted and state is State.PATCHED:
-        return ExitCode.NEEDS_APPLY
-    return _STATE_EXIT[state]
-
-
-_STATE_EXIT = {
-    State.PATCHED: ExitCode.OK,
-    State.NOT_APPLICABLE: ExitCode.OK,
-    State.PRISTINE: ExitCode.NEEDS_APPLY,
-    State.WIPED: ExitCode.NEEDS_APPLY,
-    State.HAND_PATCHED: ExitCode.NEEDS_APPLY,
-    State.UNKNOWN: ExitCode.UNSUPPORTED,
-    State.NOT_INSTALLED: ExitCode.NOT_INSTALLED,
-    State.DRIFTED: ExitCode.DRIFTED,
-}
+    def __init__(self, signum: int, message: str, *, remedy: str | None = None):
+        super().__init__(message, remedy=remedy)
+        self.signum = signum
+        self.exit_code = ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED

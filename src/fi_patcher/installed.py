@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -45,11 +46,20 @@ def find_installed(interpreter: Interpreter, name: str, targets: Iterable[str]) 
     # metadata folders is a crashed install, which fi-patch cannot read its way through.
     first = [(site, info) for site, info in found if site == found[0][0]]
     if len(first) > 1:
+        said = [_matching(info, site, set(targets)) for site, info in first]
+        stale = [
+            info.name for (_, info), (_, matches) in zip(first, said, strict=True) if not matches
+        ]
+        which = (
+            f"remove {', '.join(stale)}, whose RECORD does not match the files"
+            if stale and len(stale) < len(first)
+            else "remove the stale metadata folders (a crashed install leaves them) so that "
+            "one remains"
+        )
         raise LayoutProblem(
             f"{name} is installed {len(first)} times in {found[0][0]}",
-            remedy="remove the stale metadata folders (a crashed install leaves them) "
-            "so that one remains, then run fi-patch again",
-            details=tuple(str(info) for _, info in first),
+            remedy=f"{which}, then run fi-patch again",
+            details=tuple(line for line, _ in said),
         )
     site, info = found[0]
     _refuse_editable(info, name)
@@ -63,6 +73,27 @@ def find_installed(interpreter: Interpreter, name: str, targets: Iterable[str]) 
         files=_installed_files(info, site, set(targets)),
         shadowed=tuple(other for _, other in found[1:]),
     )
+
+
+def _matching(info: Path, site: Path, targets: set[str]) -> tuple[str, bool]:
+    """Whether a metadata folder's RECORD matches the files on disk (those fi-patch reads),
+    said in a line: which of two folders describes the installed files."""
+    said = f"{info}: version {_version(info) or '?'}; its RECORD"
+    rows = [f for f in _installed_files(info, site, targets).values() if f.record_sha256]
+    differ = []
+    for file in rows:
+        try:
+            data = file.path.read_bytes()
+        except OSError:
+            differ.append(f"{file.relpath} is missing")
+            continue
+        if hashlib.sha256(data).hexdigest() != file.record_sha256:
+            differ.append(f"{file.relpath} differs")
+    if not rows:
+        return f"{said} lists none of the files fi-patch reads", False
+    if differ:
+        return f"{said} does not match: {', '.join(differ)}", False
+    return f"{said} matches the files ({len(rows)} checked)", True
 
 
 def canonicalize_name(name: str) -> str:

@@ -24,6 +24,12 @@ class State(enum.StrEnum):
     UNKNOWN = "unknown"
     """The file is FlashInfer's (RECORD's bytes), but the function's text is none fi-patch knows."""
     DRIFTED = "drifted"
+    MISSING = "missing"
+    """The patch's file is gone, although RECORD lists it, its release ships it or fi-patch
+    patched it: a broken install."""
+    LEFT_OUT = "left-out"
+    """check: apply would leave the patch out, and says why (a torch too old for it, a CPU
+    torch, a required patch left out): nothing for apply to do."""
 
 
 Condition = Literal["original", "patched", "hand-patched", "drifted", "absent", "unrecorded"]

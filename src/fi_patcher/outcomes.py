@@ -12,7 +12,7 @@ from fi_patcher.options import Target
 from fi_patcher.plan import ApplyPlan, FilePlan, RevertFile, RevertPlan, Step, StepAction
 from fi_patcher.proofs import Preflight
 from fi_patcher.protocol import Done, Settlement, Write
-from fi_patcher.results import FileOutcome, Outcome, PatchAction, PatchOutcome
+from fi_patcher.results import FileAction, FileOutcome, Outcome, PatchAction, PatchOutcome
 from fi_patcher.target import Inspection
 
 _ACTION: Mapping[StepAction, PatchAction] = {
@@ -170,15 +170,16 @@ def _reverted_file(
     inspection: Inspection, file: RevertFile, done: Done | None
 ) -> FileOutcome | None:
     relpath, path = file.record.relpath, file.path
-    if file.action == "clear-record":
-        return FileOutcome(relpath, path, "cleared-record", (), file.message)
+    if file.clears:
+        action: FileAction = "cleared-record" if file.action == "clear-record" else "tidied"
+        return FileOutcome(relpath, path, action, (), file.message)
     settlement = done.settled.get(relpath) if done and file.writes else None
     remaining = tuple(p.id for p in file.remaining)
     if settlement == "committed":
         message = (
             f"rebuilt {path} from its original with {', '.join(remaining)}"
             if remaining
-            else f"restored the original bytes of {path}"
+            else file.message or f"restored the original bytes of {path}"
         )
         return FileOutcome(relpath, path, "reverted", remaining, message)
     if settlement == "rolled-back":

@@ -2,7 +2,8 @@
 
 A file's expected bytes are its original with the patches it holds applied in registry order, so
 a plan names, per file, the patches it will hold; `changes` composes the text, and `protocol`
-writes and proves it. Every refusal is raised here, before the first write.
+writes and proves it. Every refusal is decided here, before the first write: apply's plan
+carries its refusals as values, so that check reports the very verdict apply would act on.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fi_patcher.errors import (
     LayoutProblem,
     RequirementUnmet,
     Unsupported,
+    gravest,
 )
 from fi_patcher.model import (
     Assessment,
@@ -31,14 +33,22 @@ from fi_patcher.model import (
     State,
     Verdict,
 )
+from fi_patcher.proofs import Judgement
 from fi_patcher.registry import known, load_patches, required
 
-StepAction = Literal["add", "finish", "already-applied", "not-applicable", "left-out"]
-"""finish: prove and record the bytes an interrupted run left."""
-RevertAction = Literal["clear-record", "keep", "rebuild", "restore"]
-"""clear-record: the file is already FlashInfer's (or another release's) original; keep: none
-of the chosen patches is in it; rebuild: from its original with the patches that remain;
-restore: its original bytes."""
+StepAction = Literal["add", "finish", "already-applied", "not-applicable", "left-out", "refuse"]
+"""finish: prove and record the bytes an interrupted run left; refuse: apply stops on this patch
+(`Step.refusal` says why) and writes nothing at all."""
+RevertAction = Literal[
+    "clear-record", "tidy", "keep", "rebuild", "restore", "restore-missing", "refuse"
+]
+"""clear-record: a file holding chosen patches is FlashInfer's original again (a reinstall, an
+interrupted run), or its release was replaced or uninstalled: only the record goes; tidy: the
+same for a file none of the chosen patches is in, reported as such; keep: none of the chosen
+patches is in the file; rebuild: from its original with the patches that remain; restore: its
+original bytes; restore-missing: the file is gone, and fi-patch's backup of its original (RECORD's
+hash) goes back there; refuse: revert stops on this file, before any write (`RevertFile.message`
+says why)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,12 @@ class Step:
     shape: Shape | None = None
     """For add: the shape whose change is written (under --force, the one it matches by
     structure)."""
+    refusal: FiPatchError | None = None
+
+    @property
+    def writes(self) -> bool:
+        """Whether apply changes something for this patch: its bytes, or only its record."""
+        return self.action in ("add", "finish")
 
 
 @dataclass(frozen=True)
@@ -72,9 +88,15 @@ class FilePlan:
 
 @dataclass(frozen=True)
 class ApplyPlan:
+    """What apply would do: a step for every chosen patch, the files to write, and what refuses
+    the target as a whole (`barred`)."""
+
     steps: tuple[Step, ...]
     files: tuple[FilePlan, ...]
     forced: frozenset[str] = field(default_factory=frozenset)
+    barred: FiPatchError | None = None
+    """A refusal of the target whatever its patches say: another copy imported instead, or,
+    where apply would write, a copy it must not write or records it cannot read."""
 
     @property
     def adding(self) -> tuple[Patch, ...]:
@@ -84,25 +106,34 @@ class ApplyPlan:
     def idle(self) -> bool:
         return not self.files
 
+    @property
+    def writes(self) -> bool:
+        return any(s.writes for s in self.steps)
+
+    @property
+    def refusal(self) -> FiPatchError | None:
+        """What apply stops on, before any write: the gravest refusal, the others in its
+        details."""
+        refusals = [s.refusal for s in self.steps if s.refusal is not None]
+        return gravest([*refusals, *([self.barred] if self.barred else [])])
+
 
 def plan_apply(
     assessment: Assessment,
     chosen: PatchSet,
     *,
     force: bool,
-    left_out: Mapping[str, str] | None = None,
+    judgement: Judgement | None = None,
 ) -> ApplyPlan:
-    """The steps for every chosen patch, and the files to write. Refuses (raises) when a chosen
-    patch's file is drifted, or its function a text fi-patch does not know (without --force, or
-    without a known shape of the same structure)."""
+    """The step for every chosen patch, and the files to write. A patch is refused where its
+    file is drifted, its function a text fi-patch does not know (without --force, or without a
+    known shape of the same structure), or the pre-flight's `judgement` refuses it; left out
+    where the judgement says so, or where a patch it requires is left out."""
     assert assessment.installed is not None
     installed = assessment.installed
-    steps = [
-        _step(state, installed, force, (left_out or {}).get(state.patch.id))
-        for state in assessment.patches
-    ]
-    _refuse([s for s in steps if isinstance(s, FiPatchError)])
-    planned = _requirements([s for s in steps if isinstance(s, Step)], assessment, chosen)
+    judged = judgement or Judgement()
+    steps = [_step(state, installed, force, judged) for state in assessment.patches]
+    planned = _requirements(steps, assessment, chosen)
     return ApplyPlan(
         tuple(planned),
         tuple(_files(planned, assessment)),
@@ -110,27 +141,37 @@ def plan_apply(
     )
 
 
-def _step(
-    state: PatchState, installed: Installed, force: bool, left_out: str | None
-) -> Step | FiPatchError:
+def _step(state: PatchState, installed: Installed, force: bool, judged: Judgement) -> Step:
     patch, file = state.patch, state.file
     if state.state is State.NOT_APPLICABLE:
         return Step(patch, "not-applicable", state.reason)
-    if left_out is not None:
-        return Step(patch, "left-out", left_out)
     if state.state is State.PATCHED:
         assert file is not None
         unfinished = file.interrupted is not None or file.unproven
         return Step(patch, "finish" if unfinished else "already-applied", state.reason)
+    step = _adding(state, force)
+    if step is None:
+        refused = refusal(state, installed)
+        return Step(patch, "refuse", refused.message, refusal=refused)
+    if patch.id in judged.refused:
+        refused = judged.refused[patch.id]
+        return Step(patch, "refuse", refused.message, refusal=refused)
+    if patch.id in judged.left_out:
+        return Step(patch, "left-out", judged.left_out[patch.id])
+    return step
+
+
+def _adding(state: PatchState, force: bool) -> Step | None:
+    """The add step for a patch apply can write, or None where it must refuse."""
+    patch = state.patch
     adding = state.state in (State.PRISTINE, State.WIPED, State.HAND_PATCHED)
     if adding and state.shape is not None:
         return Step(patch, "add", state.reason, shape=state.shape)
-    assert file is not None and state.fit is not None
     # An unknown text (or one fi-patch wrote over by --force before, wiped since): --force only.
-    similar = state.fit.structural
+    similar = state.fit.structural if state.fit is not None else None
     if force and (adding or state.state is State.UNKNOWN) and similar is not None:
         return Step(patch, "add", state.reason, forced=True, shape=similar)
-    return refusal(state, installed)
+    return None
 
 
 def _requirements(steps: list[Step], assessment: Assessment, chosen: PatchSet) -> list[Step]:
@@ -140,18 +181,21 @@ def _requirements(steps: list[Step], assessment: Assessment, chosen: PatchSet) -
     version = assessment.installed.version
     present = {pid for f in assessment.files.values() for pid in f.applied}
     checked: list[Step] = []
+    # A patch whose requirement is refused is not left out: the refusal stops apply anyway.
+    stopped = {s.patch.id for s in steps if s.action == "refuse"}
     for step in steps:
         if step.action == "add":
             adding = {s.patch.id for s in checked if s.action == "add"}
             needed = required(step.patch, assessment.applicable)
-            missing = [r for r in needed if r not in present | adding]
+            missing = [r for r in needed if r not in present | adding | stopped]
             if missing and chosen.explicit:
-                raise RequirementUnmet(
+                refused = RequirementUnmet(
                     f"{step.patch.id} requires {', '.join(missing)} in {version}, which is not "
                     "in place",
                     remedy=f"add --patch {' --patch '.join(missing)}, or apply without --patch",
                 )
-            if missing:
+                step = Step(step.patch, "refuse", refused.message, refusal=refused)
+            elif missing:
                 step = Step(
                     step.patch, "left-out", f"it requires {', '.join(missing)}, left out too"
                 )
@@ -189,6 +233,9 @@ def refusal(state: PatchState, installed: Installed) -> FiPatchError:
     """Why apply will not touch this patch's file, with the evidence."""
     file = state.file
     assert file is not None and state.fit is not None
+    reinstall = f"pip install --force-reinstall --no-deps {installed.name}=={installed.version}"
+    if state.state is State.MISSING:
+        return LayoutProblem(f"refusing to patch: {state.reason}", remedy=f"reinstall: {reinstall}")
     details = [
         f"installed: {installed.name} {installed.version}",
         f"file: {file.path}",
@@ -224,17 +271,6 @@ def refusal(state: PatchState, installed: Installed) -> FiPatchError:
     )
 
 
-def _refuse(refusals: Sequence[FiPatchError]) -> None:
-    """Raise the gravest refusal, the others named in its details."""
-    if not refusals:
-        return
-    first = max(refusals, key=lambda e: e.exit_code)
-    others = [f"also refused: {e.message}" for e in refusals if e is not first]
-    if others:
-        first.details = (*first.details, *others)
-    raise first
-
-
 # --- revert -------------------------------------------------------------------------------------
 
 
@@ -258,7 +294,12 @@ class RevertFile:
 
     @property
     def writes(self) -> bool:
-        return self.action in ("rebuild", "restore")
+        return self.action in ("rebuild", "restore", "restore-missing")
+
+    @property
+    def clears(self) -> bool:
+        """Whether only the record goes (the file is left as it is)."""
+        return self.action in ("clear-record", "tidy")
 
 
 @dataclass(frozen=True)
@@ -267,12 +308,13 @@ class RevertPlan:
 
     @property
     def removed(self) -> dict[str, RevertFile]:
-        """The file each patch is taken out of, or cleared from, by patch id."""
+        """The file each chosen patch is taken out of, or cleared from, by patch id."""
         found: dict[str, RevertFile] = {}
         for file in self.files:
-            ids = file.removing if file.writes else file.record.ids
-            if file.action != "keep":
-                found.update(dict.fromkeys(ids, file))
+            if file.writes:
+                found.update(dict.fromkeys(file.removing, file))
+            elif file.action == "clear-record":
+                found.update(dict.fromkeys(file.record.ids, file))
         return found
 
 
@@ -280,48 +322,51 @@ def plan_revert(
     assessment: Assessment,
     records: Mapping[str, FileRecord],
     paths: Mapping[str, Path],
-    sources: Mapping[str, bytes | None],
     chosen: PatchSet,
     *,
     force: bool,
+    backups: Path,
 ) -> RevertPlan:
     """What revert does with every recorded file. Refuses (raises) before any write when a
-    file to change is missing or changed since fi-patch wrote it (without --force), or when a
-    patch that stays requires one taken out."""
+    file to change changed since fi-patch wrote it (without --force), is missing where fi-patch's
+    backup cannot be shown to be its original, or when a patch that stays requires one taken
+    out. `backups` is the store's folder of backups, for the messages."""
     files = [
-        _revert_file(assessment, records[relpath], paths[relpath], chosen)
+        _revert_file(assessment, records[relpath], paths[relpath], chosen, backups)
         for relpath in sorted(records)
     ]
     refusals = [
-        refused
-        for file in files
-        if file.writes
-        for refused in _revert_refusals(file, sources.get(file.record.relpath), force)
+        refused for file in files if file.writes for refused in _revert_refusals(file, force)
     ]
-    _refuse(refusals)
+    refused = gravest([*refusals, *_missing_refusals(files)])
+    if refused is not None:
+        raise refused
     return RevertPlan(tuple(files))
 
 
 def _revert_file(
-    assessment: Assessment, record: FileRecord, path: Path, chosen: PatchSet
+    assessment: Assessment, record: FileRecord, path: Path, chosen: PatchSet, backups: Path
 ) -> RevertFile:
     installed = assessment.installed
     state = assessment.files.get(record.relpath)
-    if installed is None or installed.version != record.version or state is None:
+    mine = not chosen.explicit or bool(set(_held(record, state)) & set(chosen.ids))
+    gone: RevertAction = "clear-record" if mine else "tidy"
+    if installed is None or installed.version != record.version:
         now = installed.version if installed else "nothing (it was uninstalled)"
         message = (
             f"{record.dist} {record.version} was replaced by {now} since fi-patch patched it; "
             "nothing to restore, the record is cleared"
         )
-        return RevertFile(record, path, "clear-record", message)
+        return RevertFile(record, path, gone, message)
+    if state is None:
+        message = "no patch fi-patch knows works on this file any more; the record is cleared"
+        return RevertFile(record, path, gone, message)
+    if state.condition == "absent":
+        recorded = installed.files[record.relpath].record_sha256
+        return _missing(record, path, state, chosen, backups, mine, recorded)
     settled = state.record
     if settled is None or state.condition == "original":
-        why = {
-            "apply": "an interrupted fi-patch apply left them",
-            "revert": "an interrupted fi-patch revert put them back",
-        }.get(state.interrupted or "", "a reinstall put them back")
-        message = f"already the original bytes ({why}); the record is cleared"
-        return RevertFile(record, path, "clear-record", message)
+        return RevertFile(record, path, gone, _already_original(state))
     removing = tuple(i for i in settled.ids if not chosen.explicit or i in chosen.ids)
     if not removing:
         return RevertFile(record, path, "keep", state=state)
@@ -334,18 +379,77 @@ def _revert_file(
     return RevertFile(record, path, action, "", state, removing, remaining)
 
 
-def _revert_refusals(file: RevertFile, current: bytes | None, force: bool) -> list[FiPatchError]:
-    state, settled = file.state, file.settled
-    assert state is not None and settled is not None
-    refusals: list[FiPatchError] = []
-    if current is None and not force:
-        refusals.append(
-            LayoutProblem(
-                f"{state.path} is missing",
-                remedy="reinstall FlashInfer, or pass --force to restore fi-patch's backup there",
-            )
+def _held(record: FileRecord, state: FileState | None) -> tuple[str, ...]:
+    """The patches a record says its file holds, or was being given when a run stopped."""
+    settled = state.record if state is not None else None
+    pending = record.pending.patches if record.pending is not None else ()
+    return (*record.ids, *(settled.ids if settled else ()), *(p.id for p in pending))
+
+
+def _already_original(state: FileState) -> str:
+    if state.condition != "original":
+        return "fi-patch's record holds no patch for this file; the record is cleared"
+    why = {
+        "apply": "an interrupted fi-patch apply left them",
+        "revert": "an interrupted fi-patch revert put them back",
+    }.get(state.interrupted or "", "a reinstall put them back")
+    return f"already the original bytes ({why}); the record is cleared"
+
+
+def _missing(
+    record: FileRecord,
+    path: Path,
+    state: FileState,
+    chosen: PatchSet,
+    backups: Path,
+    mine: bool,
+    recorded: str | None,
+) -> RevertFile:
+    """A file fi-patch patched, gone since: its record and backup stay unless revert puts the
+    backup back, which it does only where the backup is the original RECORD lists now
+    (`recorded`) and every patch the file held goes."""
+    held = _held(record, state)
+    if not mine:
+        return RevertFile(record, path, "keep", state=state)
+    backup = backups / record.backup
+    if recorded is None or record.original != recorded:
+        message = (
+            f"{path} is missing, and fi-patch's backup {backup} cannot be shown to be "
+            "FlashInfer's original (RECORD lists no hash for it, or another one)"
         )
-    elif state.condition != "patched" and not force:
+        return RevertFile(record, path, "refuse", message, state)
+    removing = tuple(dict.fromkeys(held))
+    if chosen.explicit and not set(removing) <= set(chosen.ids):
+        message = (
+            f"{path} is missing; it held {', '.join(removing)}, and `fi-patch revert` without "
+            f"--patch puts its original back from fi-patch's backup {backup}"
+        )
+        return RevertFile(record, path, "refuse", message, state)
+    message = f"{path} was missing: its original bytes are back, from fi-patch's backup {backup}"
+    return RevertFile(record, path, "restore-missing", message, state, removing)
+
+
+def _missing_refusals(files: Sequence[RevertFile]) -> list[FiPatchError]:
+    return [
+        LayoutProblem(
+            f.message,
+            remedy="reinstall FlashInfer (pip install --force-reinstall --no-deps "
+            f"{f.record.dist}=={f.record.version}); fi-patch keeps its record and backup",
+        )
+        for f in files
+        if f.action == "refuse"
+    ]
+
+
+def _revert_refusals(file: RevertFile, force: bool) -> list[FiPatchError]:
+    state = file.state
+    assert state is not None
+    if file.action == "restore-missing":
+        return []
+    settled = file.settled
+    assert settled is not None
+    refusals: list[FiPatchError] = []
+    if state.condition != "patched" and not force:
         refusals.append(
             Drifted(
                 f"{state.path} changed since fi-patch wrote it (sha256 "

@@ -1,5 +1,9 @@
-"""The processes of a target environment that started before a write: they keep the code they
-imported until they are restarted. Read from /proc (Linux); nothing is ever signalled.
+"""The processes of a target environment that started before a write: those that imported
+FlashInfer keep the code they imported until they are restarted. Read from /proc (Linux); nothing
+is ever signalled.
+
+Which modules a process imported is not visible from outside, but FlashInfer imports torch, whose
+shared libraries are: a process without them mapped never imported FlashInfer, and is left out.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ class Running:
 
 def started_before(interpreter: Interpreter, moment: float) -> tuple[Running, ...]:
     """Processes of the target environment that started before `moment` (seconds since the
-    epoch), this one aside: run by its interpreter binary and, for a venv, started from the venv
-    (its bin/python, or with it as VIRTUAL_ENV)."""
+    epoch), this one aside: run by its interpreter binary, with torch loaded and, for a venv,
+    started from the venv (its bin/python, or with it as VIRTUAL_ENV)."""
     boot = _boot_time()
     if boot is None:
         return ()
@@ -55,6 +59,8 @@ def _process(
     command = [a.decode("utf-8", "replace") for a in arguments if a]
     if not command or (interpreter.is_venv and not _from_venv(entry, command, interpreter)):
         return None
+    if not _torch_loaded(entry):
+        return None
     # Field 22 of /proc/<pid>/stat, counted after the command's closing parenthesis.
     ticks = int(stat.rsplit(")", 1)[1].split()[19])
     started = boot + ticks / os.sysconf("SC_CLK_TCK")
@@ -81,6 +87,19 @@ def _from_venv(entry: Path, command: list[str], interpreter: Interpreter) -> boo
     except OSError:
         return False
     return f"VIRTUAL_ENV={prefix}".encode() in {v.rstrip(b"/") for v in environ}
+
+
+def _torch_loaded(entry: Path) -> bool:
+    """Whether the process has torch's libraries mapped; where its map cannot be read, it may
+    have."""
+    try:
+        with (entry / "maps").open("rb") as maps:
+            return any(_TORCH_LIBRARY in line for line in maps)
+    except OSError:
+        return True
+
+
+_TORCH_LIBRARY = b"/torch/lib/lib"
 
 
 def _boot_time() -> float | None:

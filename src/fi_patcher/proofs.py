@@ -16,7 +16,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from fi_patcher.environment import run_script, script_text
-from fi_patcher.errors import Inert, NoTorch, RequirementUnmet, ToolkitMismatch
+from fi_patcher.errors import FiPatchError, Inert, NoTorch, RequirementUnmet, ToolkitMismatch
 from fi_patcher.model import Mode, Patch
 
 VERIFY_TIMEOUT = 600.0
@@ -57,10 +57,12 @@ class Preflight:
 
 @dataclass(frozen=True)
 class Judgement:
-    """What the pre-flight lets through: warnings to show, and patches left out (by id, why)."""
+    """What the pre-flight lets through: warnings to show, the patches left out (by id, why) and
+    those it refuses (by id, the refusal)."""
 
     warnings: tuple[str, ...] = ()
     left_out: Mapping[str, str] = field(default_factory=dict)
+    refused: Mapping[str, FiPatchError] = field(default_factory=dict)
 
 
 def preflight(python: Path, timeout: float, *, nvcc: bool) -> Preflight:
@@ -91,53 +93,74 @@ def needs_nvcc(patches: Sequence[Patch]) -> bool:
 def judge_preflight(
     facts: Preflight, patches: Sequence[Patch], *, explicit: bool, allow_mismatch: bool
 ) -> Judgement:
-    """Refuse what no patch can make right; leave out a patch whose requirement is unmet (or
-    refuse, when the user named it); return the warnings for what may proceed."""
+    """For each patch apply would write: refused (no torch, a toolkit mismatch), left out, or let
+    through with warnings. One rule for every fact that makes a patch useless here (a torch too
+    old for it, a CPU torch for get_cuda_version): the patch is left out, or refused with that
+    fact's exit code when the user named it."""
+    missing = _no_torch(facts)
+    if missing is not None:
+        return Judgement(refused={p.id: missing for p in patches})
+    left_out: dict[str, str] = {}
+    refused: dict[str, FiPatchError] = {}
+    warnings: list[str] = []
+    for patch in patches:
+        unfit = _torch_unmet(facts, patch) or _inert(facts, patch)
+        if unfit is not None and explicit:
+            phrase, kind, remedy = unfit
+            refused[patch.id] = kind(f"{patch.id} {phrase}", remedy=remedy)
+        elif unfit is not None:
+            left_out[patch.id] = f"it {unfit[0]}"
+        elif "cuda-toolkit" in patch.preflight:
+            judged = _judge_toolkit(facts, allow_mismatch)
+            if isinstance(judged, ToolkitMismatch):
+                refused[patch.id] = judged
+            else:
+                warnings.extend(judged)
+    return Judgement(tuple(warnings), left_out, refused)
+
+
+def _no_torch(facts: Preflight) -> NoTorch | None:
     if not facts.torch_found:
-        raise NoTorch(
+        return NoTorch(
             f"torch is not installed for {facts.python}",
             remedy="install torch in that environment (the patches and their proofs need it), "
             "or point --venv/--python at the environment your server runs in",
         )
     if facts.torch_error is not None:
-        raise NoTorch(
+        return NoTorch(
             f"cannot read torch's version in {facts.python}: {facts.torch_error}",
             remedy="reinstall torch in that environment",
         )
-    left_out: dict[str, str] = {}
-    warnings: list[str] = []
-    for patch in patches:
-        unmet = _torch_unmet(facts, patch)
-        if unmet is not None and explicit:
-            raise RequirementUnmet(
-                f"{patch.id} {unmet}", remedy="install a newer torch in that environment"
-            )
-        if unmet is not None:
-            left_out[patch.id] = unmet
-            warnings.append(f"{patch.id} left out: it {unmet}")
-        elif "cuda-toolkit" in patch.preflight:
-            warnings.extend(_judge_toolkit(facts, allow_mismatch))
-    return Judgement(tuple(warnings), left_out)
+    return None
 
 
-def _torch_unmet(facts: Preflight, patch: Patch) -> str | None:
+Unfit = tuple[str, type[FiPatchError], str]
+"""Why a patch is no use here (a phrase after its id or "it"), the error that refuses it when
+it is named, and the remedy."""
+
+
+def _torch_unmet(facts: Preflight, patch: Patch) -> Unfit | None:
     wanted = patch.requires.torch
     if wanted is None:
         return None
     version = _version(facts.torch_version)
     if version is not None and wanted.contains(Version(version.base_version)):
         return None
-    return f"needs torch {wanted}; {facts.python} has torch {facts.torch_version}"
+    phrase = f"needs torch {wanted}; {facts.python} has torch {facts.torch_version}"
+    return phrase, RequirementUnmet, "install a newer torch in that environment"
 
 
-def _judge_toolkit(facts: Preflight, allow_mismatch: bool) -> tuple[str, ...]:
-    if facts.torch_cuda is None:
-        raise Inert(
-            f"torch {facts.torch_version} in {facts.python} is a CPU build "
-            "(torch.version.cuda is None): the patched get_cuda_version would fall back to nvcc "
-            "and change nothing",
-            remedy="install a CUDA build of torch in this environment, then apply",
-        )
+def _inert(facts: Preflight, patch: Patch) -> Unfit | None:
+    if "cuda-toolkit" not in patch.preflight or facts.torch_cuda is not None:
+        return None
+    phrase = (
+        f"would change nothing: torch {facts.torch_version} in {facts.python} is a CPU build "
+        "(torch.version.cuda is None), so the patched get_cuda_version would fall back to nvcc"
+    )
+    return phrase, Inert, "install a CUDA build of torch in this environment, then apply"
+
+
+def _judge_toolkit(facts: Preflight, allow_mismatch: bool) -> tuple[str, ...] | ToolkitMismatch:
     if facts.nvcc_version is None:
         return (
             f"no nvcc found ({facts.nvcc_problem}): torch's CUDA {facts.torch_cuda} is the "
@@ -155,7 +178,8 @@ def _judge_toolkit(facts: Preflight, allow_mismatch: bool) -> tuple[str, ...]:
     )
     if allow_mismatch:
         return (message + "; proceeding because of --allow-mismatch",)
-    raise ToolkitMismatch(
+    assert facts.torch_cuda is not None
+    return ToolkitMismatch(
         message,
         remedy=f"point CUDA_HOME at a CUDA {_major_minor_text(facts.torch_cuda)} toolkit (the "
         "one torch was built with) and run fi-patch with the same environment as the server; "

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal, NoReturn
+from typing import Literal
 
 from fi_patcher.environment import compile_check
-from fi_patcher.errors import FiPatchError, VerificationFailed, WriteFailed
+from fi_patcher.errors import FiPatchError, Interrupted, VerificationFailed, WriteFailed
+from fi_patcher.interrupts import checkpoint, stop_of
 from fi_patcher.model import Command, Interpreter, Patch
 from fi_patcher.options import Options
 from fi_patcher.proofs import ProofReport, ProofRequest, prove
@@ -71,6 +72,7 @@ class Protocol:
         """Write and prove `writes`, reporting `before` first; `clear` names the records to
         remove (files that are already FlashInfer's original). `failed` opens the message of a
         failed proof (`after taking out …, `)."""
+        # A signal before the first change propagates: nothing was changed (`interrupts`).
         for write in writes:
             if write.writes:
                 change = write.change
@@ -81,18 +83,22 @@ class Protocol:
             self.journal.put(relpath, None)
         if clear:
             self.journal.store.drop_unreferenced(self.journal.records)
-        reports = self._before(before)
         transactions: dict[str, Transaction] = {}
+        try:
+            reports = self._before(before)
+        except BaseException as interrupt:
+            return self._interrupted(transactions, interrupt, "proving the unpatched code", {})
         try:
             for write in writes:
                 if write.writes:
+                    checkpoint()
                     transaction = Transaction(self.journal, write.change)
                     transactions[write.change.relpath] = transaction
                     transaction.write()
         except FiPatchError as error:
             return self._undone(transactions, error, "", reports)
         except BaseException as interrupt:
-            self._interrupted(transactions, interrupt)
+            return self._interrupted(transactions, interrupt, "writing", reports)
         after = self._after(writes, transactions, reports)
         if isinstance(after, Done):
             return after
@@ -126,7 +132,9 @@ class Protocol:
             return {}
         self.options.progress("proving the patched code in a fresh process of the target")
         try:
+            checkpoint()
             reports = prove(self.interpreter.python, requests, self.options.verify_timeout)
+            checkpoint()
         except FiPatchError as error:
             cause = VerificationFailed(
                 f"the proofs did not finish: {error.message}",
@@ -135,7 +143,7 @@ class Protocol:
             )
             return self._undone(transactions, cause, "rolled back: ", before)
         except BaseException as interrupt:  # never leave an unproven patch
-            self._interrupted(transactions, interrupt)
+            return self._interrupted(transactions, interrupt, "proving the written files", before)
         silent = ProofReport("", "after", False, "fails: the proof process gave no answer for it")
         return {
             r.patch.id: reports.get(r.patch.id, replace(silent, patch=r.patch.id)) for r in requests
@@ -271,19 +279,38 @@ class Protocol:
         return Done(settled, before, {}, failure)
 
     def _interrupted(
-        self, transactions: Mapping[str, Transaction], interrupt: BaseException
-    ) -> NoReturn:
-        """An interrupt (Ctrl-C) while files are written or proven: undo every file, and name
-        any that could not be put back before the interrupt goes on."""
+        self,
+        transactions: Mapping[str, Transaction],
+        interrupt: BaseException,
+        doing: str,
+        before: Mapping[str, ProofReport],
+    ) -> Done:
+        """A signal while files are written or proven: undo every file, and say what each
+        holds now. Anything else that is not an error of fi-patch's goes on once the files are
+        back."""
         undone = self._undo(transactions)
+        stop = stop_of(interrupt)
+        if stop is None:
+            raise interrupt
+        settled = {relpath: settlement for relpath, (settlement, _) in undone.items()}
+        lines = tuple(line for s, line in undone.values() if s != "stranded")
         stranded = [line for settlement, line in undone.values() if settlement == "stranded"]
+        message = f"interrupted by {stop.name} while {doing}"
         if stranded:
-            raise WriteFailed(
-                "interrupted, and not every file could be put back: " + "; ".join(stranded),
-                remedy="run `fi-patch revert` or `fi-patch apply` to finish the unfinished "
-                "writes the journal records",
-            ) from interrupt
-        raise interrupt
+            message += ", and not every file could be put back: " + "; ".join(stranded)
+            remedy = (
+                f"run `fi-patch revert` or `fi-patch {self.command}` to finish the unfinished "
+                f"writes {self.journal.store.manifest_path} records"
+            )
+        else:
+            message += (
+                ": every file fi-patch wrote is as it was before"
+                if settled
+                else ": nothing was written"
+            )
+            remedy = f"run `fi-patch {self.command}` again when you are ready"
+        failure = Interrupted(stop.signum, message, remedy=remedy).adding(lines)
+        return Done(settled, before, {}, failure)
 
     def _undo(self, transactions: Mapping[str, Transaction]) -> dict[str, tuple[Settlement, str]]:
         """Undo every transaction, last first, whatever fails: each file's settlement, and a

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import difflib
 import hashlib
 import threading
 from collections.abc import Sequence
@@ -137,8 +138,6 @@ def defines(tree: ast.Module, function: str) -> bool:
 
 def render_diff(before: str, after: str, path: str) -> str:
     """A unified diff with three lines of context, as `git diff` shows it."""
-    import difflib  # only writing and --dry-run show diffs
-
     return "".join(
         difflib.unified_diff(
             before.splitlines(keepends=True),

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fi_patcher.errors import FiPatchError
-from fi_patcher.model import Assessment, Patch
+from fi_patcher.model import Assessment, Patch, PatchState
 from fi_patcher.options import Target
 from fi_patcher.proofs import ProofReport
 from fi_patcher.registry import requirement_text, span
@@ -60,6 +60,8 @@ _STATE_STYLE = {
     "unknown": "bold red",
     "not-installed": "red",
     "drifted": "bold red",
+    "missing": "bold red",
+    "left-out": "cyan",
 }
 
 
@@ -70,21 +72,25 @@ def check(out: Console, checked: Checked, verbosity: Verbosity) -> None:
     if verbosity.quiet:
         for state in assessment.patches:
             report = reports.get(state.patch.id)
-            verdict = f"; proof {'passes' if report.passed else 'fails'}" if report else ""
-            out.print(f"{target.interpreter.prefix}: {state.patch.id} {state.state.value}{verdict}")
+            proven = f"; proof {'passes' if report.passed else 'fails'}" if report else ""
+            refused = _refused(checked, state)
+            out.print(
+                f"{target.interpreter.prefix}: {state.patch.id} {state.state.value}{refused}"
+                f"{proven}"
+            )
+        _refusal(out, checked, verbosity)
         return
     environment(out, target, assessment)
     table = Table(box=None, pad_edge=False)
-    table.add_column("patch", no_wrap=True)
-    table.add_column("shape", no_wrap=True)
-    table.add_column("state", no_wrap=True)
-    table.add_column("file", no_wrap=True)
+    for column in ("patch", "shape", "state", "file", "apply"):
+        table.add_column(column, no_wrap=True)
     for state in assessment.patches:
         table.add_row(
             state.patch.id,
             state.shape.name if state.shape else "-",
             Text(state.state.value, style=_STATE_STYLE[state.state.value]),
             state.patch.target,
+            _would(checked, state),
         )
     _unbroken(out, table)
     for state in assessment.patches:
@@ -95,6 +101,45 @@ def check(out: Console, checked: Checked, verbosity: Verbosity) -> None:
         if report is not None:
             label = f"{state.patch.id} proof ({report.mode} the patch)"
             proof(out, label, report, details=report.mode == "after" or verbosity.verbose)
+    _refusal(out, checked, verbosity)
+
+
+_WOULD = {"write": "write", "nothing": "-", "left-out": "left out", "refuse": "refuse"}
+
+
+def _would(checked: Checked, state: PatchState) -> Text:
+    """What apply would do with the patch, in the check table."""
+    verdict = checked.verdicts.get(state.patch.id)
+    if verdict is None:
+        return Text("-")
+    text = _WOULD[verdict.would]
+    if verdict.refusal is not None:
+        return Text(f"{text} ({int(verdict.exit_code)})", style="bold red")
+    return Text(text, style="yellow" if verdict.would == "write" else "")
+
+
+def _refused(checked: Checked, state: PatchState) -> str:
+    verdict = checked.verdicts.get(state.patch.id)
+    if verdict is None or verdict.refusal is None:
+        return ""
+    return f"; apply refuses it ({int(verdict.exit_code)})"
+
+
+def _refusal(out: Console, checked: Checked, verbosity: Verbosity) -> None:
+    """What apply would stop on, as apply would say it."""
+    refused = checked.refusal
+    if refused is None:
+        return
+    err = console(stderr=True)
+    err.print(
+        Text(f"apply would refuse (exit {int(refused.exit_code)}): ", style="bold red")
+        + Text(refused.message)
+    )
+    if not verbosity.quiet:
+        for line in refused.details:
+            err.print(Text("  " + line, style="dim"))
+    if refused.remedy:
+        err.print(Text("fix: ", style="bold yellow") + Text(refused.remedy))
 
 
 def proof(out: Console, label: str, report: ProofReport, *, details: bool = True) -> None:
@@ -129,20 +174,31 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
                 proof(out, f"{patch.state.patch.id} after", patch.after)
     if any(p.action == "would-apply" for p in result.patches):
         out.print(Text("dry run: this diff would be applied; nothing was changed", style="yellow"))
+    said: set[str] = set()
     for patch in result.patches:
         style, message = _line(patch)
+        if patch.action == "nothing-to-revert":
+            # One line per reason, naming its patches: not the same sentence once per patch.
+            if patch.message in said:
+                continue
+            said.add(patch.message)
+            alike = [p.state.patch.id for p in result.patches if p.message == patch.message]
+            if patch.state.patch.id not in patch.message:
+                message = f"{patch.message} ({', '.join(alike)})"
         out.print(Text(message, style=style))
     for file in result.files:
         if file.backup is not None and not verbosity.quiet:
             out.print(f"{file.relpath}: original bytes kept in {file.backup}")
         if file.action == "stranded":
             out.print(Text(f"{file.path}: {file.message}", style="bold red"))
+        if file.action == "tidied":
+            out.print(Text(f"{file.relpath}: record tidied: {file.message}", style="cyan"))
     if result.running:
         err.print(
             Text(
                 f"note: {len(result.running)} process(es) of this environment started before "
-                "the write and keep the old code until they are restarted (fi-patch signals "
-                "nothing):",
+                "the write with torch loaded: those that imported FlashInfer keep the old code "
+                "until they are restarted (fi-patch signals nothing):",
                 style="bold yellow",
             )
         )

@@ -1,8 +1,9 @@
 """What a command did on one target, as values: each carries its exit code and a status.
 
 `render` and `documents` show these and decide nothing; neither imports the orchestration.
-The exit code of a result is computed here (from `errors.exit_code_for` for a patch's state),
-and nowhere else.
+The exit code of a result is computed here, and nowhere else: `check`'s from the verdict of what
+apply would do (`ApplyVerdict`, decided by `decision` from apply's own plan), apply's and
+revert's from what stopped them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from fi_patcher.errors import ExitCode, FiPatchError, exit_code_for
+from fi_patcher.errors import ExitCode, FiPatchError
 from fi_patcher.model import Assessment, PatchState
 from fi_patcher.options import Target
 from fi_patcher.processes import Running
@@ -42,14 +43,17 @@ FileAction = Literal[
     "restored",
     "reverted",
     "cleared-record",
+    "tidied",
     "stranded",
 ]
 """restored: bytes an interrupted run left failed their proof, and FlashInfer's original
-replaced them; stranded: a write that failed and could not be undone either, so the file holds
-fi-patch's new bytes, and its backup and journal entry stay for the next command."""
+replaced them; cleared-record: a file that held chosen patches is the original again (or its
+release is gone), and only fi-patch's record of it went; tidied: the same for a file that held
+none of the chosen patches; stranded: a write that failed and could not be undone either, so the
+file holds fi-patch's new bytes, and its backup and journal entry stay for the next command."""
 CHANGED: frozenset[FileAction] = frozenset({"written", "restored", "reverted", "stranded"})
 """The actions after which the file holds other bytes than before the command."""
-RECORDED: frozenset[FileAction] = frozenset({"finished", "cleared-record"})
+RECORDED: frozenset[FileAction] = frozenset({"finished", "cleared-record", "tidied"})
 """The actions that changed only fi-patch's records of the file."""
 
 
@@ -92,7 +96,8 @@ class Outcome:
     failure: FiPatchError | None = None
     """What stopped the command after its first write; `files` says what it changed."""
     running: tuple[Running, ...] = ()
-    """Processes of the environment that started before the write: they keep the old code."""
+    """Processes of the environment that started before the write with torch loaded: those
+    that imported FlashInfer keep the old code."""
 
     @property
     def changed(self) -> bool:
@@ -110,28 +115,57 @@ class Outcome:
         return "partial" if touched else "error"
 
 
+Would = Literal["write", "nothing", "left-out", "refuse"]
+"""What apply would do with one patch: write it (or finish an interrupted write), nothing (in
+place, or nothing to patch), leave it out (and say why), or refuse (with an exit code)."""
+
+
 @dataclass(frozen=True)
-class Checked:
-    """The result of check on one target, with the proofs `--verify` ran."""
+class ApplyVerdict:
+    """What apply would do with one patch now, decided from apply's own plan."""
 
-    target: Target
-    assessment: Assessment
-    reports: Mapping[str, ProofReport] = field(default_factory=dict)
-
-    def code_of(self, state: PatchState) -> ExitCode:
-        """One patch's code: 0 only where nothing needs doing."""
-        report = self.reports.get(state.patch.id)
-        if report is not None and report.mode == "after" and not report.passed:
-            return ExitCode.VERIFY_FAILED
-        return exit_code_for(state.state, state.interrupted is not None)
+    would: Would
+    reason: str
+    refusal: FiPatchError | None = None
 
     @property
     def exit_code(self) -> ExitCode:
-        code = max((self.code_of(s) for s in self.assessment.patches), default=ExitCode.OK)
-        if self.assessment.imported_instead is not None:
-            # The copy a server would import is one fi-patch does not manage: never all clear.
-            code = max(code, ExitCode.LAYOUT)
-        return ExitCode(code)
+        """check's code for it: 3 only where apply would write, the refusal's where it would
+        refuse, 0 where it would do nothing."""
+        if self.refusal is not None:
+            return self.refusal.exit_code
+        return ExitCode.NEEDS_APPLY if self.would == "write" else ExitCode.OK
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The result of check on one target: the states, what apply would do with each patch and
+    with the target (`refusal`: what it would stop on), and the proofs `--verify` ran."""
+
+    target: Target
+    assessment: Assessment
+    verdicts: Mapping[str, ApplyVerdict] = field(default_factory=dict)
+    refusal: FiPatchError | None = None
+    """The refusal apply would stop on (the gravest), whether a patch's or the target's own."""
+    reports: Mapping[str, ProofReport] = field(default_factory=dict)
+
+    def code_of(self, state: PatchState) -> ExitCode:
+        """One patch's code: what apply would do with it; under --verify, 13 where its proof
+        after the patch fails."""
+        report = self.reports.get(state.patch.id)
+        if report is not None and report.mode == "after" and not report.passed:
+            return ExitCode.VERIFY_FAILED
+        verdict = self.verdicts.get(state.patch.id)
+        return verdict.exit_code if verdict is not None else ExitCode.OK
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """What apply would exit with: the refusal it would stop on, else 3 where it would
+        write, else 0; a failed proof under --verify counts too."""
+        codes = [self.code_of(s) for s in self.assessment.patches]
+        if self.refusal is not None:
+            codes.append(self.refusal.exit_code)
+        return ExitCode(max(codes, default=ExitCode.OK))
 
     @property
     def status(self) -> Status:

@@ -19,6 +19,7 @@ import os
 import pwd
 import re
 import stat
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fi_patcher.errors import StoreProblem, StoreUnreadable, WriteFailed
+from fi_patcher.interrupts import checkpoint
 from fi_patcher.model import Command, FileRecord, Holder, PatchRecord, Pending
 from fi_patcher.recognise import sha256_bytes
 
@@ -183,6 +185,7 @@ class Store:
                         waiting(holder)
                         told = True
                     time.sleep(0.1)
+                    checkpoint()
             since = datetime.now(UTC).isoformat(timespec="seconds")
             mine = {"pid": os.getpid(), "command": command, "since": since}
             os.ftruncate(descriptor, 0)
@@ -294,6 +297,8 @@ class Change:
     original: bytes | None = None
     """FlashInfer's original bytes, where they are neither on disk nor backed up yet (a fix
     made by hand, adopted): they are backed up too."""
+    absent: bool = False
+    """The file is gone (`before` is then empty): undoing the write removes it again."""
 
 
 class Transaction:
@@ -310,7 +315,7 @@ class Transaction:
     def write(self) -> None:
         change = self.change
         mode = stat.S_IMODE(os.stat(change.path).st_mode) if change.path.exists() else 0o644
-        for data in (change.before, change.original):
+        for data in (None if change.absent else change.before, change.original):
             if data is not None:
                 name, new = self.journal.store.put_backup(data)
                 if new:
@@ -330,6 +335,8 @@ class Transaction:
         """Reverse the steps taken, last first. If the file cannot be put back, the journal
         entry and every backup stay, so that the next command can finish the job."""
         change = self.change
+        if "replace" in self.steps and change.absent:
+            self._remove()
         if "replace" in self.steps:
             mode = stat.S_IMODE(os.stat(change.path).st_mode)
             put_back: list[bool] = []
@@ -351,6 +358,17 @@ class Transaction:
                 with contextlib.suppress(FileNotFoundError):
                     (self.journal.store.backups / name).unlink()
         self.steps.clear()
+
+    def _remove(self) -> None:
+        """Undo the write of a file that was gone: it is gone again."""
+        try:
+            self.change.path.unlink(missing_ok=True)
+            _fsync_folder(self.change.path.parent)
+        except OSError as exc:
+            failed = WriteFailed(f"cannot remove {self.change.path}: {exc.strerror or exc}")
+            raise self._stranded(failed) from exc
+        self.steps.remove("replace")
+        clear_bytecode(self.change.path)
 
     def _stranded(self, exc: WriteFailed) -> WriteFailed:
         """The new bytes stay, and cannot be taken back now: say where everything is."""
@@ -422,8 +440,6 @@ def atomic_write(
     `replaced` is called as soon as the new file is in place, before the folder is synced, so
     that a caller can tell a failure that left the old file from one that did not.
     """
-    import tempfile  # only writes need it, and it costs every `check` its import
-
     descriptor = -1
     temporary = ""
     try:
@@ -461,8 +477,8 @@ def _same_owner(temporary: str, path: Path) -> None:
     user's environment must not leave files that user cannot replace later)."""
     try:
         old = path.stat()
-    except FileNotFoundError:
-        return
+    except FileNotFoundError:  # a file put back where it was gone: its folder's owner
+        old = path.parent.stat()
     new = os.stat(temporary)
     if (new.st_uid, new.st_gid) != (old.st_uid, old.st_gid):
         os.chown(temporary, old.st_uid, old.st_gid)

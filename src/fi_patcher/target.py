@@ -36,6 +36,9 @@ class Inspection:
     assessment: Assessment
     sources: Mapping[str, bytes | None]
     store: Store
+    unreadable: StoreUnreadable | None = None
+    """Why fi-patch's records could not be read (another user's): states come from hashes, and
+    any write is refused with this."""
 
     @property
     def installed(self) -> Installed:
@@ -74,7 +77,7 @@ def inspect(
     except StoreUnreadable as exc:
         if not reading:
             raise
-        records, unreadable = {}, exc.message
+        records, unreadable = {}, exc
     # Every file a patch may work on: which holds what is for the files to say (`identify`).
     sources: dict[str, bytes | None] = {}
     if installed is not None:
@@ -85,25 +88,42 @@ def inspect(
         sources,
         records,
         busy=store.holder(),
-        unreadable=unreadable,
+        unreadable=unreadable.message if unreadable else None,
         registry=registry,
     )
-    return Inspection(assessment, sources, store)
+    return Inspection(assessment, sources, store, unreadable)
 
 
 def usable(inspection: Inspection, interpreter: Interpreter) -> Installed:
     """The installed distribution, or the error that stops every command that writes."""
     assessment = inspection.assessment
     if assessment.installed is None:
-        distribution = assessment.patches[0].patch.distribution
-        raise NotInstalled(
-            f"{distribution} is not installed in {interpreter.prefix}",
-            remedy="check that --venv names the environment your server runs in",
-        )
+        raise not_installed(assessment, interpreter)
     problem = install_problem(assessment)
     if problem is not None:
         raise problem
     return assessment.installed
+
+
+def not_installed(assessment: Assessment, interpreter: Interpreter) -> NotInstalled:
+    """The distribution is not installed here: said the same way by every command, naming the
+    copy a normal start imports instead, if there is one (`pip install --target` on PYTHONPATH)."""
+    patch = assessment.patches[0].patch
+    message = f"{patch.distribution} is not installed in {interpreter.prefix}"
+    remedy = "check that --venv names the environment your server runs in"
+    found = interpreter.imports.get(patch.target.split("/")[0])
+    if found is not None:
+        message += (
+            f"; a normal start of {interpreter.python} imports a copy from {found.path} (found "
+            f"through {found.via}), which no installer recorded in this environment, so "
+            "fi-patch does not patch it"
+        )
+        remedy = (
+            f"install {patch.distribution} into the environment (pip install --python "
+            f"{interpreter.python} {patch.distribution}) and drop that path, or point --venv at "
+            "the environment that copy belongs to"
+        )
+    return NotInstalled(message, remedy=remedy)
 
 
 def _read(path: Path) -> bytes | None:

@@ -8,23 +8,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from fi_patcher.changes import apply_change, restore_change, revert_change
+from fi_patcher.decision import Decision, decide
 from fi_patcher.model import Holder, Interpreter, PatchSet
 from fi_patcher.options import Options, Target
 from fi_patcher.outcomes import applied, dry_run, reverted
-from fi_patcher.plan import ApplyPlan, FilePlan, RevertFile, plan_apply, plan_revert
+from fi_patcher.plan import ApplyPlan, FilePlan, RevertFile, plan_revert
 from fi_patcher.processes import started_before
-from fi_patcher.proofs import (
-    Judgement,
-    Preflight,
-    ProofRequest,
-    judge_preflight,
-    needs_nvcc,
-    preflight,
-)
+from fi_patcher.proofs import Preflight, ProofRequest
 from fi_patcher.protocol import Protocol, Write
 from fi_patcher.registry import load_patches
 from fi_patcher.results import Outcome
@@ -34,45 +28,27 @@ from fi_patcher.target import (
     copies,
     foreign,
     from_backup,
-    imported_instead,
     inspect,
+    not_installed,
     original_of,
     record_path,
     usable,
 )
 
 
-@dataclass(frozen=True)
-class _Judged:
-    """What the pre-flight saw and let through, and the patches it judged."""
-
-    facts: Preflight | None = None
-    judgement: Judgement = field(default_factory=Judgement)
-    judged: frozenset[str] = frozenset()
-
-    def covers(self, plan: ApplyPlan) -> bool:
-        return {p.id for p in plan.adding} <= self.judged
-
-
 def apply(target: Target, chosen: PatchSet, options: Options) -> Outcome:
     interpreter = target.interpreter
-    inspection = inspect(interpreter, chosen.patches)
-    installed = usable(inspection, interpreter)
-    plan = plan_apply(inspection.assessment, chosen, force=options.force)
-    if plan.idle:
-        return applied(target, inspection, plan)
-    refused = foreign(installed, interpreter, "apply")
-    if refused is not None:
-        raise refused
-    # Read-only checks first, so that a refusal leaves the environment as it was.
-    judged = _preflight(interpreter, plan, chosen, options)
-    plan = _plan(inspection, chosen, options, judged)
+    # Records fi-patch may not read (another user's) stop only a write: the decision says so.
+    inspection = inspect(interpreter, chosen.patches, reading=True)
+    usable(inspection, interpreter)
+    decision = _decided(interpreter, inspection, chosen, options)
+    plan = decision.plan
     if options.dry_run or plan.idle:
         writing = [f for f in plan.files if f.writes]
-        writes = [_apply_write(inspection, f, plan, judged.facts, options) for f in writing]
-        warnings = _warnings(judged, inspection, interpreter, options)
-        files = dry_run(plan, writes)
-        return applied(target, inspection, plan, files, judged.facts, warnings)
+        writes = [_apply_write(inspection, f, plan, decision.facts, options) for f in writing]
+        files = dry_run(plan, writes) if options.dry_run else ()
+        warnings = _warnings(decision, interpreter, options)
+        return applied(target, inspection, plan, files, decision.facts, warnings)
     with inspection.store.lock("apply", options.lock_wait, _waiting(options)):
         journal = Journal(inspection.store)
         _tidy(journal, [f.state.path for f in plan.files])
@@ -80,48 +56,41 @@ def apply(target: Target, chosen: PatchSet, options: Options) -> Outcome:
         # pre-flight must judge what is written, not what was planned before.
         inspection = inspect(interpreter, chosen.patches)
         usable(inspection, interpreter)
-        plan = _plan(inspection, chosen, options, judged)
-        if not judged.covers(plan):
-            judged = _preflight(interpreter, plan, chosen, options)
-            plan = _plan(inspection, chosen, options, judged)
+        decision = _decided(interpreter, inspection, chosen, options, decision.facts)
+        plan = decision.plan
         moment = time.time()
         writes = [
-            _apply_write(inspection, file, plan, judged.facts, options) for file in plan.files
+            _apply_write(inspection, file, plan, decision.facts, options) for file in plan.files
         ]
         before = [ProofRequest(p, "before", _path_of(plan, p.id)) for p in plan.adding]
         done = Protocol(interpreter, journal, options, "apply").run(writes, before)
-    warnings = _warnings(judged, inspection, interpreter, options)
+    warnings = _warnings(decision, interpreter, options)
     outcome = applied(
-        target, inspection, plan, facts=judged.facts, warnings=warnings, done=done, writes=writes
+        target, inspection, plan, facts=decision.facts, warnings=warnings, done=done, writes=writes
     )
     return _with_running(outcome, interpreter, moment)
 
 
-def _plan(inspection: Inspection, chosen: PatchSet, options: Options, judged: _Judged) -> ApplyPlan:
-    return plan_apply(
-        inspection.assessment, chosen, force=options.force, left_out=judged.judgement.left_out
-    )
+def _decided(
+    interpreter: Interpreter,
+    inspection: Inspection,
+    chosen: PatchSet,
+    options: Options,
+    facts: Preflight | None = None,
+) -> Decision:
+    """What apply does: the decision check reports too; its gravest refusal stops apply before
+    any write."""
+    decision = decide(interpreter, inspection, chosen, options, facts)
+    refused = decision.plan.refusal
+    if refused is not None:
+        raise refused
+    return decision
 
 
-def _preflight(
-    interpreter: Interpreter, plan: ApplyPlan, chosen: PatchSet, options: Options
-) -> _Judged:
-    if not plan.adding:
-        return _Judged()
-    options.progress(f"pre-flight in {interpreter.python}")
-    facts = preflight(interpreter.python, options.timeout, nvcc=needs_nvcc(plan.adding))
-    judgement = judge_preflight(
-        facts, plan.adding, explicit=chosen.explicit, allow_mismatch=options.allow_mismatch
-    )
-    return _Judged(facts, judgement, frozenset(p.id for p in plan.adding))
-
-
-def _warnings(
-    judged: _Judged, inspection: Inspection, interpreter: Interpreter, options: Options
-) -> tuple[str, ...]:
-    installed = inspection.assessment.installed
-    instead = imported_instead(installed, interpreter)
-    warnings = judged.judgement.warnings + copies(installed, interpreter, instead)
+def _warnings(decision: Decision, interpreter: Interpreter, options: Options) -> tuple[str, ...]:
+    installed = decision.inspection.assessment.installed
+    left = tuple(f"{i} left out: {why}" for i, why in decision.judgement.left_out.items())
+    warnings = left + decision.judgement.warnings + copies(installed, interpreter, None)
     if not options.verify:
         warnings += ("verification skipped (--no-verify): nothing proves the patches work here",)
     return warnings
@@ -165,8 +134,7 @@ def revert(target: Target, chosen: PatchSet, options: Options) -> Outcome:
     if refused is not None and store.root.exists():
         raise refused
     if not store.root.exists():
-        nothing = "nothing to revert: fi-patch never patched here"
-        return reverted(target, inspection, chosen, nothing)
+        return reverted(target, inspection, chosen, _nothing(inspection, interpreter))
     with store.lock("revert", options.lock_wait, _waiting(options)):
         journal = Journal(store)
         paths = {r.relpath: record_path(interpreter, r) for r in journal.records.values()}
@@ -176,13 +144,13 @@ def revert(target: Target, chosen: PatchSet, options: Options) -> Outcome:
             inspection.assessment,
             journal.records,
             paths,
-            inspection.sources,
             chosen,
             force=options.force,
+            backups=store.backups,
         )
         writes = [_revert_write(inspection, file, options) for file in plan.files if file.writes]
         moment = time.time()
-        clear = [f.record.relpath for f in plan.files if f.action == "clear-record"]
+        clear = [f.record.relpath for f in plan.files if f.clears]
         taking = sorted({i for f in plan.files if f.writes for i in f.removing})
         failed = f"after taking out {', '.join(taking)}, " if chosen.explicit else ""
         protocol = Protocol(interpreter, journal, options, "revert")
@@ -191,9 +159,21 @@ def revert(target: Target, chosen: PatchSet, options: Options) -> Outcome:
     return _with_running(outcome, interpreter, moment)
 
 
+def _nothing(inspection: Inspection, interpreter: Interpreter) -> str:
+    """Why there is nothing to revert: fi-patch never wrote here (and, where it is so, there is
+    no FlashInfer to write to either)."""
+    if inspection.assessment.installed is None:
+        missing = not_installed(inspection.assessment, interpreter)
+        return f"nothing to revert: fi-patch never patched here, and {missing.message}"
+    return "nothing to revert: fi-patch never patched here"
+
+
 def _revert_write(inspection: Inspection, file: RevertFile, options: Options) -> Write:
     assert file.settled is not None
-    options.progress(f"taking {', '.join(file.removing)} out of {file.path}")
+    if file.action == "restore-missing":
+        options.progress(f"putting the original of {file.path} back from fi-patch's backup")
+    else:
+        options.progress(f"taking {', '.join(file.removing)} out of {file.path}")
     original = from_backup(inspection.store, file.settled, inspection.installed)
     current = inspection.sources.get(file.record.relpath)
     change = revert_change(file, current, original)

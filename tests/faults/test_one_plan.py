@@ -103,7 +103,8 @@ def test_an_apply_that_waited_for_a_revert_judges_the_patch_it_now_adds(
 ) -> None:
     """apply plans (get_cuda_version already patched: nothing for the toolkit to judge) and
     waits for the lock; meanwhile another fi-patch takes cuda-version-torch-first out. On a CPU
-    torch the apply must then refuse to write it (exit 11), as the same apply alone does."""
+    torch the apply, which names it, must then refuse to write it (exit 11), as the same apply
+    alone does."""
     venv = venv_with(BOTH)
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     taken = fi_patch(runner, "revert", "--venv", venv, "--patch", UNDER_COMPILE, "--no-verify")
@@ -116,7 +117,8 @@ def test_an_apply_that_waited_for_a_revert_judges_the_patch_it_now_adds(
         while Store(venv).holder() is None:
             assert holder.poll() is None and time.monotonic() < deadline, holder.communicate()
             time.sleep(0.05)
-        with started("apply", "--venv", venv, "--no-verify", "--json", "-v") as waiting:
+        named = ("--patch", CUDA, "--patch", UNDER_COMPILE)
+        with started("apply", "--venv", venv, *named, "--no-verify", "--json", "-v") as waiting:
             assert waiting.stderr is not None
             seen = []
             for line in waiting.stderr:

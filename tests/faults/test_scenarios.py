@@ -167,9 +167,11 @@ def test_torch_not_installed(runner: CliRunner, venv_with: MakeVenv) -> None:
 
 
 def test_torch_cpu_build(runner: CliRunner, venv_with: MakeVenv) -> None:
+    """Named, get_cuda_version's patch is refused on a CPU torch; unnamed, it is left out
+    (tests/test_verdict.py)."""
     venv = venv_with("0.7.4")
     use(venv, shared(CPU_TORCH))
-    run = fi_patch(runner, "apply", "--venv", venv)
+    run = fi_patch(runner, "apply", "--venv", venv, "--patch", "cuda-version-torch-first")
     expect(
         run,
         ExitCode.INERT,
@@ -196,7 +198,8 @@ def test_unknown_version_with_edited_function_is_refused_even_forced(
     )
     _rerecord(venv, edited)
     assert state_of(runner, venv) == ("unknown", ExitCode.UNSUPPORTED)
-    run = _apply(runner, venv, "--force")
+    # --force runs the proofs (it cannot go with --no-verify): refused before them here.
+    run = fi_patch(runner, "apply", "--venv", venv, "--force")
     expect(
         run,
         ExitCode.UNSUPPORTED,
@@ -300,7 +303,7 @@ def test_known_version_with_edited_function(runner: CliRunner, venv_with: MakeVe
         "bin/nvcc-12.8",
         "pip install --force-reinstall --no-deps flashinfer-python==0.7.4",
     )
-    expect(_apply(runner, venv, "--force"), ExitCode.DRIFTED)
+    expect(fi_patch(runner, "apply", "--venv", venv, "--force"), ExitCode.DRIFTED)
     assert target_file(venv).read_bytes() == edited
 
 

@@ -35,7 +35,8 @@ CUDA_TORCH = (
     "tabulate",
     "filelock",
 )
-CPU_TORCH = ("torch==2.13.0",)
+CPU_TORCH = ("torch==2.13.0", *CUDA_TORCH[1:])
+"""torch's CPU build, with what FlashInfer imports: its proofs run on it too."""
 PTH = "_fi_patch_test_torch.pth"
 
 
@@ -65,11 +66,12 @@ def use(venv: Path, folder: Path | None) -> None:
         pth.write_text(f"{folder}\n")
 
 
-def fake_torch(folder: Path, init: str, version: str = "2.14.1+cu130") -> Path:
-    """A torch whose version file reads fine (CUDA 13.0) and whose import runs `init`: a broken
-    upgrade, a hung import, or an old release, as the pre-flight and the proofs meet them."""
+def fake_torch(folder: Path, init: str, version: str = "2.14.1+cu130", cuda: str = "13.0") -> Path:
+    """A torch whose version file reads fine (CUDA 13.0 by default) and whose import runs
+    `init`: a broken upgrade, a hung import, an old release or another build, as the pre-flight
+    and the proofs meet them."""
     package = folder / "torch"
     package.mkdir(parents=True)
-    (package / "version.py").write_text(f"__version__ = '{version}'\ncuda = '13.0'\n")
+    (package / "version.py").write_text(f"__version__ = '{version}'\ncuda = '{cuda}'\n")
     (package / "__init__.py").write_text(init)
     return folder

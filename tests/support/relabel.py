@@ -4,6 +4,7 @@ with, optionally, one file's bytes changed. The result is installed by pip like 
 
 from __future__ import annotations
 
+import ast
 import csv
 import io
 import zipfile
@@ -43,3 +44,19 @@ def relabelled(
         csv.writer(buffer, lineterminator="\n").writerows(rows)
         built.writestr(after + "RECORD", buffer.getvalue())
     return target
+
+
+def docstring_changed(data: bytes) -> bytes:
+    """fp4_quantize with one more line in its docstring: its text changes, its structure not."""
+    text = data.decode("utf-8")
+    node = next(
+        n
+        for n in ast.parse(text).body
+        if isinstance(n, ast.FunctionDef) and n.name == "fp4_quantize"
+    )
+    doc = node.body[0]
+    assert isinstance(doc, ast.Expr) and doc.end_lineno and doc.end_lineno > doc.lineno
+    lines = text.splitlines(keepends=True)
+    indent = " " * doc.col_offset
+    lines.insert(doc.lineno, f"{indent}(This build carries a line of its own here.)\n")
+    return "".join(lines).encode("utf-8")

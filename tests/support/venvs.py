@@ -61,6 +61,18 @@ def pip(venv: Path, *arguments: str) -> None:
     )
 
 
+def install_into(folder: Path, release: Release) -> Path:
+    """`pip install --target folder`: a copy of FlashInfer no environment's installer recorded,
+    imported where a path names the folder (PYTHONPATH)."""
+    command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index"]
+    subprocess.run(
+        [*command, "--target", str(folder), str(fetch(release))],
+        check=True,
+        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
+    return folder
+
+
 def reinstall(venv: Path, release: Release) -> None:
     """What `pip install -U` or an image rebuild does to a patched file: a real reinstall."""
     pip(venv, "install", "--force-reinstall", "--no-deps", "--no-index", str(fetch(release)))

@@ -16,7 +16,9 @@ description:
   - Runs C(fi-patch apply --json) on the target environment. In check mode it runs
     C(fi-patch apply --dry-run --json) instead, which writes nothing, and reports changed when a
     write would happen. In diff mode it returns fi-patch's unified diff of each file.
-  - Fails with fi-patch's own message and remedy on any refusal or failed proof.
+  - Fails with fi-patch's own message and remedy on any refusal or failed proof. A patch
+    fi-patch leaves out (a CPU torch for get_cuda_version, a torch too old for a patch) is
+    reported as C(left-out) in C(actions) and in the warnings, and changes nothing.
 options:
   fi_patch:
     description: The fi-patch executable on the host (fi-patch lives in an environment of its own).

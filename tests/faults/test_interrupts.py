@@ -1,0 +1,125 @@
+"""An interrupt is an outcome: SIGINT or SIGTERM during apply ends with the usual report of what
+each file holds, in text and as the one JSON document, and exit 130 (143).
+
+Real: fi-patch's CLI in a process of its own, signalled from outside (as `timeout -s INT` or a
+terminal's Ctrl-C would) while it proves what it wrote, on real venvs holding FlashInfer 0.7.0.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fi_patcher.errors import ExitCode
+from tests.conftest import MakeVenv
+from tests.faults.support import records, started
+from tests.support.cli import states_of
+from tests.support.releases import FP4, RELEASES, TARGET, released_text
+from tests.support.venvs import fp4_file, target_file
+
+RELEASE = "0.7.0"
+
+
+def _signalled_at(process: subprocess.Popen[str], phrase: str, signum: int) -> list[str]:
+    """Send `signum` once fi-patch says (with -v) that it started `phrase`; its stderr lines."""
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:
+        seen.append(line)
+        if phrase in line:
+            process.send_signal(signum)
+            break
+    assert any(phrase in line for line in seen), seen
+    return seen
+
+
+def _untouched(venv: Path) -> bool:
+    release = RELEASES[RELEASE]
+    return target_file(venv).read_bytes() == released_text(release, TARGET) and fp4_file(
+        venv
+    ).read_bytes() == released_text(release, FP4)
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"),
+    [
+        pytest.param(signal.SIGINT, ExitCode.INTERRUPTED, id="sigint"),
+        pytest.param(signal.SIGTERM, ExitCode.TERMINATED, id="sigterm"),
+    ],
+)
+def test_a_signal_while_proving_puts_every_file_back_and_says_so(
+    runner: CliRunner, venv_with: MakeVenv, signum: int, code: ExitCode
+) -> None:
+    venv = venv_with(RELEASE)
+    with started("-v", "apply", "--venv", venv, "--json") as process:
+        _signalled_at(process, "proving the patched code", signum)
+        out, err = process.communicate(timeout=300)
+    assert process.returncode == code, err
+    document = json.loads(out)
+    assert document["exit_code"] == code
+    (result,) = document["results"]
+    assert (result["status"], result["exit_code"]) == ("error", code)
+    name = signal.Signals(signum).name
+    assert result["error"]["kind"] == "Interrupted"
+    assert result["error"]["message"] == (
+        f"interrupted by {name} while proving the written files: every file fi-patch wrote is "
+        "as it was before"
+    )
+    assert {f["relpath"]: f["action"] for f in result["files"]} == {
+        TARGET: "rolled-back",
+        FP4: "rolled-back",
+    }
+    assert {p["action"] for p in result["patches"]} <= {"rolled-back", "not-applicable"}
+    assert _untouched(venv)
+    assert records(venv) == []
+    assert states_of(runner, venv)[1] == ExitCode.NEEDS_APPLY
+
+
+def test_ctrl_c_in_text_names_each_file_put_back(venv_with: MakeVenv) -> None:
+    venv = venv_with(RELEASE)
+    with started("-v", "apply", "--venv", venv) as process:
+        _signalled_at(process, "proving the patched code", signal.SIGINT)
+        out, err = process.communicate(timeout=300)
+    assert process.returncode == ExitCode.INTERRUPTED, err
+    said = " ".join((out + err).split())
+    assert "error: interrupted by SIGINT while proving the written files" in said
+    assert f"{target_file(venv)}: put back as it was" in said
+    assert f"{fp4_file(venv)}: put back as it was" in said
+    assert "cuda-version-torch-first: rolled back" in said
+    assert "fix: run `fi-patch apply` again when you are ready" in said
+    assert _untouched(venv)
+
+
+def test_a_signal_before_any_write_says_nothing_was_written(venv_with: MakeVenv) -> None:
+    venv = venv_with(RELEASE)
+    with started("-v", "apply", "--venv", venv, "--json") as process:
+        _signalled_at(process, "proving the unpatched code", signal.SIGTERM)
+        out, _ = process.communicate(timeout=300)
+    assert process.returncode == ExitCode.TERMINATED
+    (result,) = json.loads(out)["results"]
+    assert result["error"]["message"].endswith(
+        "while proving the unpatched code: nothing was written"
+    )
+    assert result["files"] == []
+    assert _untouched(venv)
+    assert not (venv / ".fi-patch" / "manifest.json").exists() or records(venv) == []
+
+
+def test_every_target_of_a_signalled_apply_is_put_back(venv_with: MakeVenv) -> None:
+    """Several targets are worked on in threads: the signal reaches each of them."""
+    first, second = venv_with(RELEASE), venv_with(RELEASE)
+    arguments = ("-v", "apply", "--venv", first, "--venv", second, "--json")
+    with started(*arguments) as process:
+        _signalled_at(process, "proving the patched code", signal.SIGINT)
+        out, err = process.communicate(timeout=300)
+    assert process.returncode == ExitCode.INTERRUPTED, err
+    results = json.loads(out)["results"]
+    assert len(results) == 2
+    for venv, result in zip((first, second), results, strict=True):
+        assert result["exit_code"] == ExitCode.INTERRUPTED, result
+        assert _untouched(venv)
