@@ -13,6 +13,7 @@ from tests.support.venvs import (
     clone,
     create_venv,
     install,
+    install_into,
     site_packages,
     target_file,
     written_files,
@@ -79,3 +80,10 @@ def empty_venv(tmp_path: Path) -> Path:
 @pytest.fixture
 def runner() -> CliRunner:
     return CliRunner(env={"VIRTUAL_ENV": None, "CONDA_PREFIX": None, "NO_COLOR": "1"})
+
+
+@pytest.fixture(scope="session")
+def pythonpath_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """FlashInfer 0.5.0 installed with `pip install --target` into a folder of its own, as a
+    PYTHONPATH entry names it: a copy no environment's installer recorded. Never modify it."""
+    return install_into(tmp_path_factory.mktemp("pythonpath") / "copy", RELEASES["0.5.0"])

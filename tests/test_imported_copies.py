@@ -16,14 +16,14 @@ from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch
 from tests.support.expected import expected
 from tests.support.releases import RELEASES, released_text
-from tests.support.venvs import install_into, target_file
+from tests.support.venvs import target_file
 
 
 def test_a_pythonpath_copy_a_normal_start_imports_is_named(
-    venv_with: MakeVenv, tmp_path: Path
+    venv_with: MakeVenv, pythonpath_copy: Path
 ) -> None:
     venv = venv_with("0.7.4")
-    folder = install_into(tmp_path / "pythonpath", RELEASES["0.5.0"])
+    folder = pythonpath_copy
     shadowed = CliRunner(env={"PYTHONPATH": str(folder), "VIRTUAL_ENV": None, "NO_COLOR": "1"})
     check = fi_patch(shadowed, "check", "--venv", venv, "--json")
     assert check.code == ExitCode.LAYOUT, check.stdout

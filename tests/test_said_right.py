@@ -18,8 +18,8 @@ from fi_patcher.documents import SCHEMA_VERSION
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch
-from tests.support.releases import RELEASES, TARGET
-from tests.support.venvs import install_into, python_of, replace_bytes, site_packages, target_file
+from tests.support.releases import TARGET
+from tests.support.venvs import python_of, replace_bytes, site_packages, target_file
 
 
 def test_help_names_the_schema_the_documents_have(runner: CliRunner) -> None:
@@ -30,10 +30,9 @@ def test_help_names_the_schema_the_documents_have(runner: CliRunner) -> None:
 
 
 def test_a_copy_on_pythonpath_is_named_where_the_environment_has_none(
-    empty_venv: Path, tmp_path: Path
+    empty_venv: Path, pythonpath_copy: Path
 ) -> None:
-    folder = tmp_path / "pythonpath"
-    install_into(folder, RELEASES["0.7.4"])
+    folder = pythonpath_copy
     shadowed = CliRunner(env={"PYTHONPATH": str(folder), "VIRTUAL_ENV": None, "NO_COLOR": "1"})
     for command in ("check", "apply"):
         run = fi_patch(shadowed, command, "--venv", empty_venv)

@@ -35,7 +35,7 @@ from tests.support.releases import (
     UNDER_COMPILE,
     fetch,
 )
-from tests.support.venvs import create_venv, fp4_file, install_into, pip, written_files
+from tests.support.venvs import create_venv, fp4_file, pip, written_files
 
 PLAIN = CliRunner(env={"VIRTUAL_ENV": None, "CONDA_PREFIX": None, "NO_COLOR": "1"})
 
@@ -50,39 +50,46 @@ class Case:
     """Run apply's proofs (the others skip them: the verdict is about what apply decides)."""
 
 
-Build = Callable[[MakeVenv, Path], Case]
+@dataclass(frozen=True)
+class Given:
+    """What a case is built from: the session's venvs, the test's folder, the PYTHONPATH copy."""
+
+    venv_with: MakeVenv
+    tmp_path: Path
+    pythonpath_copy: Path
 
 
-def _cuda(venv_with: MakeVenv, tmp_path: Path) -> Case:
-    return Case(venv_with("0.7.0"), ExitCode.NEEDS_APPLY)
+Build = Callable[[Given], Case]
 
 
-def _cpu(venv_with: MakeVenv, tmp_path: Path) -> Case:
+def _cuda(given: Given) -> Case:
+    return Case(given.venv_with("0.7.0"), ExitCode.NEEDS_APPLY)
+
+
+def _cpu(given: Given) -> Case:
     """torch 2.13.0's CPU build: get_cuda_version's patch would change nothing, and is left out;
     the others are written and proven on it."""
-    venv = venv_with("0.7.0")
+    venv = given.venv_with("0.7.0")
     use(venv, shared(CPU_TORCH))
     return Case(venv, ExitCode.NEEDS_APPLY, verify=True)
 
 
-def _old_torch(venv_with: MakeVenv, tmp_path: Path) -> Case:
-    venv = venv_with("0.7.0")
-    use(venv, fake_torch(tmp_path / "old", "raise ImportError('old')\n", "2.3.1+cu130"))
+def _old_torch(given: Given) -> Case:
+    venv = given.venv_with("0.7.0")
+    use(venv, fake_torch(given.tmp_path / "old", "raise ImportError('old')\n", "2.3.1+cu130"))
     return Case(venv, ExitCode.NEEDS_APPLY)
 
 
-def _old_torch_before_the_move(venv_with: MakeVenv, tmp_path: Path) -> Case:
-    venv = venv_with("0.6.7")
-    use(venv, fake_torch(tmp_path / "old", "raise ImportError('old')\n", "2.3.1+cu130"))
+def _old_torch_before_the_move(given: Given) -> Case:
+    venv = given.venv_with("0.6.7")
+    use(venv, fake_torch(given.tmp_path / "old", "raise ImportError('old')\n", "2.3.1+cu130"))
     return Case(venv, ExitCode.NEEDS_APPLY)
 
 
-def _cuda_12_8(venv_with: MakeVenv, tmp_path: Path) -> Case:
+def _cuda_12_8(given: Given) -> Case:
     """torch built for CUDA 12.8, and this machine's nvcc 13.0."""
-    venv = venv_with("0.7.0")
-    use(
-        venv, fake_torch(tmp_path / "cu128", "raise ImportError('cu128')\n", "2.14.1+cu128", "12.8")
-    )
+    venv = given.venv_with("0.7.0")
+    use(venv, _torch_for_cuda_12_8(given.tmp_path))
     return Case(venv, ExitCode.TOOLKIT_MISMATCH)
 
 
@@ -90,19 +97,19 @@ def _torch_for_cuda_12_8(tmp_path: Path) -> Path:
     return fake_torch(tmp_path / "cu128", "raise ImportError('cu128')\n", "2.14.1+cu128", "12.8")
 
 
-def _no_torch(venv_with: MakeVenv, tmp_path: Path) -> Case:
-    venv = venv_with("0.7.0")
+def _no_torch(given: Given) -> Case:
+    venv = given.venv_with("0.7.0")
     use(venv, None)
     return Case(venv, ExitCode.NO_TORCH)
 
 
-def _forced_then_wiped(venv_with: MakeVenv, tmp_path: Path) -> Case:
-    """0.7.4 rebuilt as 0.7.5 with a line of its own in fp4_quantize's docstring: forced (the
+def _forced_then_wiped(given: Given) -> Case:
+    """0.7.0 rebuilt as 0.7.5 with a line of its own in fp4_quantize's docstring: forced (the
     proofs decide), then a reinstall puts the build's text back. Only --force writes it again."""
-    folder = tmp_path / "wheel"
+    folder = given.tmp_path / "wheel"
     folder.mkdir()
-    wheel = relabelled(fetch(RELEASES["0.7.4"]), "0.7.4", "0.7.5", folder, {FP4: docstring_changed})
-    venv = create_venv(tmp_path / "venv-0.7.5")
+    wheel = relabelled(fetch(RELEASES["0.7.0"]), "0.7.0", "0.7.5", folder, {FP4: docstring_changed})
+    venv = create_venv(given.tmp_path / "venv-0.7.5")
     pip(venv, "install", "--no-deps", "--no-index", str(wheel))
     use(venv, shared(CUDA_TORCH))
     forced = fi_patch(PLAIN, "apply", "--venv", venv, "--force")
@@ -111,24 +118,22 @@ def _forced_then_wiped(venv_with: MakeVenv, tmp_path: Path) -> Case:
     return Case(venv, ExitCode.UNSUPPORTED)
 
 
-def _pre_release(venv_with: MakeVenv, tmp_path: Path) -> Case:
-    return Case(venv_with("0.7.2rc6"), ExitCode.NEEDS_APPLY)
+def _pre_release(given: Given) -> Case:
+    return Case(given.venv_with("0.7.2rc6"), ExitCode.NEEDS_APPLY)
 
 
-def _deleted_after_apply(venv_with: MakeVenv, tmp_path: Path) -> Case:
-    venv = venv_with("0.7.0")
+def _deleted_after_apply(given: Given) -> Case:
+    venv = given.venv_with("0.7.0")
     assert fi_patch(PLAIN, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     fp4_file(venv).unlink()
     return Case(venv, ExitCode.LAYOUT)
 
 
-def _imported_instead(venv_with: MakeVenv, tmp_path: Path) -> Case:
+def _imported_instead(given: Given) -> Case:
     """A `pip install --target` copy on PYTHONPATH: a server started like fi-patch imports it."""
-    venv = venv_with("0.7.4")
-    folder = tmp_path / "pythonpath"
-    install_into(folder, RELEASES["0.5.0"])
-    shadowed = CliRunner(env={"PYTHONPATH": str(folder), "VIRTUAL_ENV": None, "NO_COLOR": "1"})
-    return Case(venv, ExitCode.LAYOUT, runner=shadowed)
+    copy = str(given.pythonpath_copy)
+    shadowed = CliRunner(env={"PYTHONPATH": copy, "VIRTUAL_ENV": None, "NO_COLOR": "1"})
+    return Case(given.venv_with("0.7.4"), ExitCode.LAYOUT, runner=shadowed)
 
 
 CASES: dict[str, Build] = {
@@ -161,9 +166,9 @@ _DOES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_check_then_apply_then_check_converges(
-    venv_with: MakeVenv, tmp_path: Path, case: str
+    venv_with: MakeVenv, tmp_path: Path, pythonpath_copy: Path, case: str
 ) -> None:
-    built = CASES[case](venv_with, tmp_path)
+    built = CASES[case](Given(venv_with, tmp_path, pythonpath_copy))
     venv, runner = built.venv, built.runner
     first = fi_patch(runner, "check", "--venv", venv, "--json")
     assert first.code == built.check, first.stdout
@@ -249,9 +254,7 @@ def test_check_verify_without_torch_exits_as_apply_would(venv_with: MakeVenv) ->
 
 def test_check_reports_the_refusal_apply_would_give(venv_with: MakeVenv, tmp_path: Path) -> None:
     venv = venv_with("0.7.0")
-    use(
-        venv, fake_torch(tmp_path / "cu128", "raise ImportError('cu128')\n", "2.14.1+cu128", "12.8")
-    )
+    use(venv, _torch_for_cuda_12_8(tmp_path))
     checked = fi_patch(PLAIN, "check", "--venv", venv, "--json")
     (result,) = checked.json["results"]
     assert result["refusal"]["kind"] == "ToolkitMismatch"

@@ -119,7 +119,7 @@ def _evidence(inspection: Inspection, step: Step) -> Step:
 
     try:
         original = original_of(inspection, file)
-    except (FiPatchError, AssertionError):
+    except FiPatchError:
         return step
     patches = [p for p in load_patches() if p.id in file.record.ids]
     forced = frozenset(p.id for p in file.record.patches if p.forced)
