@@ -26,13 +26,19 @@ def _backups(venv: Path) -> set[str]:
     return {p.name for p in (venv / ".fi-patch" / "backups").iterdir()}
 
 
-def test_a_deleted_file_gets_its_original_back_from_the_backup(
-    runner: CliRunner, venv_with: MakeVenv
-) -> None:
+def _patched_then_deleted(runner: CliRunner, venv_with: MakeVenv) -> tuple[Path, set[str]]:
+    """0.7.0 with every patch, and fp4_quantization.py deleted since: the venv and its backups."""
     venv = venv_with("0.7.0")
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     kept = _backups(venv)
     fp4_file(venv).unlink()
+    return venv, kept
+
+
+def test_a_deleted_file_gets_its_original_back_from_the_backup(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    venv, kept = _patched_then_deleted(runner, venv_with)
 
     checked = fi_patch(runner, "check", "--venv", venv)
     assert checked.code == ExitCode.LAYOUT
@@ -59,10 +65,7 @@ def test_a_deleted_file_gets_its_original_back_from_the_backup(
 def test_a_deleted_file_is_never_cleared_by_a_revert_of_another_patch(
     runner: CliRunner, venv_with: MakeVenv
 ) -> None:
-    venv = venv_with("0.7.0")
-    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
-    kept = _backups(venv)
-    fp4_file(venv).unlink()
+    venv, kept = _patched_then_deleted(runner, venv_with)
 
     run = fi_patch(runner, "revert", "--venv", venv, "--patch", CUDA, "--json")
     assert run.code == ExitCode.OK, run.stdout

@@ -255,11 +255,8 @@ class Protocol:
     ) -> Done:
         """Undo every file after `cause`, and say what each one holds now. `said` opens the
         list of the files put back, where the cause's message asks for it."""
-        undone = self._undo(transactions)
-        settled = {relpath: settlement for relpath, (settlement, _) in undone.items()}
         # The files put back go in the details; those that could not be, in the message.
-        lines = tuple(line for s, line in undone.values() if s != "stranded")
-        stranded = [line for settlement, line in undone.values() if settlement == "stranded"]
+        settled, lines, stranded = _told(self._undo(transactions))
         if stranded:
             remedy = (
                 f"fix the cause, then run `fi-patch revert` ({self.journal.store.manifest_path} "
@@ -288,13 +285,10 @@ class Protocol:
         """A signal while files are written or proven: undo every file, and say what each
         holds now. Anything else that is not an error of fi-patch's goes on once the files are
         back."""
-        undone = self._undo(transactions)
+        settled, lines, stranded = _told(self._undo(transactions))
         stop = stop_of(interrupt)
         if stop is None:
             raise interrupt
-        settled = {relpath: settlement for relpath, (settlement, _) in undone.items()}
-        lines = tuple(line for s, line in undone.values() if s != "stranded")
-        stranded = [line for settlement, line in undone.values() if settlement == "stranded"]
         message = f"interrupted by {stop.name} while {doing}"
         if stranded:
             message += ", and not every file could be put back: " + "; ".join(stranded)
@@ -324,6 +318,17 @@ class Protocol:
             except FiPatchError as error:
                 undone[relpath] = self._not_undone(transaction.change, transaction, error)
         return undone
+
+
+def _told(
+    undone: Mapping[str, tuple[Settlement, str]],
+) -> tuple[dict[str, Settlement], tuple[str, ...], list[str]]:
+    """Undone files as a report tells them: each file's settlement, the lines of those put
+    back, and the lines of those that could not be."""
+    settled = {relpath: settlement for relpath, (settlement, _) in undone.items()}
+    lines = tuple(line for settlement, line in undone.values() if settlement != "stranded")
+    stranded = [line for settlement, line in undone.values() if settlement == "stranded"]
+    return settled, lines, stranded
 
 
 def _with_problems(
