@@ -129,6 +129,17 @@ def _deleted_after_apply(given: Given) -> Case:
     return Case(venv, ExitCode.LAYOUT)
 
 
+def _backup_lost(given: Given) -> Case:
+    """One patch applied to fp4_quantization.py, then fi-patch's backup of its original deleted:
+    apply would need it to add the others, and cannot have it."""
+    venv = given.venv_with("0.7.0")
+    applied = fi_patch(PLAIN, "apply", "--venv", venv, "--no-verify", "--patch", FORWARDING)
+    assert applied.code == ExitCode.OK, applied.text
+    for backup in (venv / ".fi-patch" / "backups").iterdir():
+        backup.unlink()
+    return Case(venv, ExitCode.STORE)
+
+
 def _imported_instead(given: Given) -> Case:
     """A `pip install --target` copy on PYTHONPATH: a server started like fi-patch imports it."""
     copy = str(given.pythonpath_copy)
@@ -146,6 +157,7 @@ CASES: dict[str, Build] = {
     "forced-then-wiped": _forced_then_wiped,
     "pre-release": _pre_release,
     "file-deleted-after-apply": _deleted_after_apply,
+    "backup-lost": _backup_lost,
     "another-copy-imported": _imported_instead,
 }
 

@@ -116,16 +116,18 @@ def compose(
     patches: Sequence[Patch],
     shapes: Mapping[str, Shape],
     forced: frozenset[str],
+    version: str = __version__,
 ) -> tuple[bytes, Mapping[str, Shape]]:
     """The original with `patches` applied in registry order, each in its shape of `shapes`
-    (matched by its exact text, or by its structure where it was forced)."""
+    (matched by its exact text, or by its structure where it was forced), marked as written by
+    fi-patch `version`."""
     # Imported here: libcst is the slowest import of all, and only writing needs it.
     from fi_patcher.codemod import Composed
     from fi_patcher.codemod import compose as composed
 
     steps = [(p, (shapes[p.id],) if p.id in shapes else p.shapes) for p in patches]
     structural = any(p.id in forced for p in patches)
-    result = composed(original.decode("utf-8"), steps, __version__, structural=structural)
+    result = composed(original.decode("utf-8"), steps, version, structural=structural)
     if not isinstance(result, Composed):
         raise Drifted(
             f"cannot rebuild the file from FlashInfer's original: {result.reason}",

@@ -18,10 +18,13 @@ from fi_patcher import __version__, documents, render
 from fi_patcher.environment import PROBE_TIMEOUT
 from fi_patcher.errors import ExitCode, FiPatchError, Internal, UsageError
 from fi_patcher.model import PatchSet
+from fi_patcher.options import unproven_force
 from fi_patcher.proofs import VERIFY_TIMEOUT
 from fi_patcher.registry import choose, load_patches
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from rich.console import Console
 
     from fi_patcher.model import Command
@@ -200,8 +203,6 @@ def apply_command(
     (exit 13). Idempotent.
     """
     as_json = _flags(quiet, verbose, as_json)
-    if force and no_verify:
-        _fail(as_json, _FORCE_WITHOUT_PROOFS)
     chosen = _choose(patch, as_json)
     from fi_patcher import api
 
@@ -213,15 +214,10 @@ def apply_command(
         timeout=timeout,
         verify_timeout=verify_timeout,
     )
+    refused = unproven_force(options)
+    if refused is not None:
+        _fail(as_json, refused)
     _run_targets("apply", as_json, venv, python, timeout, _acting("apply", chosen, options))
-
-
-_FORCE_WITHOUT_PROOFS = UsageError(
-    "--force cannot go with --no-verify: a forced change is written over a text fi-patch does "
-    "not know, and only the proofs can say it works",
-    remedy="drop --no-verify: apply --force proves the change and rolls back what the proofs "
-    "do not pass",
-)
 
 
 @app.command("revert")
@@ -400,7 +396,7 @@ def _run_targets(
 
                 with ThreadPoolExecutor(_workers(len(specs))) as pool:
                     futures = [pool.submit(_guarded, one, spec, progress) for spec in specs]
-                    results = [future.result() for future in futures]
+                    results = [_awaited(future) for future in futures]
         code = max(int(r.exit_code) for r in results)
         if as_json:
             documented = [documents.result(r) for r in results]
@@ -424,7 +420,7 @@ def _run_targets(
 def _guarded(one: Callable[[Spec, Progress], Result], spec: Spec, progress: Progress) -> Result:
     """One target's result; its error, whatever it is, becomes its result, so that the other
     targets go on and their results are reported."""
-    from fi_patcher.errors import Interrupted
+    from fi_patcher.errors import stopped_by
     from fi_patcher.interrupts import Stop
     from fi_patcher.results import Failed
 
@@ -433,14 +429,25 @@ def _guarded(one: Callable[[Spec, Progress], Result], spec: Spec, progress: Prog
     except FiPatchError as error:
         return Failed(_spec_text(spec), error)
     except Stop as stop:
-        stopped = Interrupted(
-            stop.signum,
+        stopped = stopped_by(stop.signum)(
             f"interrupted by {stop.name} before any change: nothing was written",
             remedy="run the command again when you are ready",
         )
         return Failed(_spec_text(spec), stopped)
     except Exception as exc:  # a bug on one target must not lose the others' results
         return Failed(_spec_text(spec), _bug(exc))
+
+
+def _awaited(future: Future[Result]) -> Result:
+    """A target's result from its thread. A second signal stops only the waiting here: each
+    target stops at its own next step, puts back what it wrote, and says so."""
+    from fi_patcher.interrupts import Stop
+
+    while True:
+        try:
+            return future.result()
+        except Stop:
+            continue
 
 
 def _workers(count: int) -> int:

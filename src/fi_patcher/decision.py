@@ -12,12 +12,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from fi_patcher import __version__
 from fi_patcher.assess import REVERT_FORCE
 from fi_patcher.errors import Drifted, FiPatchError, LayoutProblem
-from fi_patcher.model import Imported, Interpreter, PatchSet, PatchState, State
+from fi_patcher.model import (
+    FileState,
+    Imported,
+    Interpreter,
+    Judgement,
+    PatchSet,
+    PatchState,
+    State,
+)
 from fi_patcher.options import Options
 from fi_patcher.plan import ApplyPlan, Step, plan_apply, recorded_shapes
-from fi_patcher.proofs import Judgement, Preflight, judge_preflight, needs_nvcc, preflight
+from fi_patcher.proofs import Preflight, judge_preflight, needs_nvcc, preflight
+from fi_patcher.recognise import sha256_bytes
 from fi_patcher.registry import load_patches
 from fi_patcher.results import ApplyVerdict, Would
 from fi_patcher.target import Inspection, foreign, imported_instead, original_of
@@ -93,7 +103,7 @@ def _barred(
 ) -> FiPatchError | None:
     """What refuses the target whatever its patches say: a normal start imports another copy
     (fi-patch's patches would not run); and, where apply would write, a copy that belongs to
-    another interpreter, or records fi-patch cannot read."""
+    another interpreter, records fi-patch cannot read, or a backup it would need."""
     installed = inspection.assessment.installed
     if instead is not None:
         return LayoutProblem(
@@ -102,38 +112,63 @@ def _barred(
             "started like fi-patch was would not run fi-patch's patches",
             remedy="remove that copy or that path, and run fi-patch with the server's environment",
         )
-    if not plan.writes:
+    if plan.idle:
         return None
-    return foreign(installed, interpreter, "apply") or inspection.unreadable
+    return (
+        foreign(installed, interpreter, "apply") or inspection.unreadable or _lost(inspection, plan)
+    )
+
+
+def _lost(inspection: Inspection, plan: ApplyPlan) -> FiPatchError | None:
+    """An original apply would need and cannot have: fi-patch's backup of a file it patched
+    before, missing or failing its hash (apply builds every file from its original)."""
+    for file in plan.files:
+        try:
+            original_of(inspection, file.state)
+        except FiPatchError as error:
+            return error
+    return None
 
 
 def _evidence(inspection: Inspection, step: Step) -> Step:
-    """A file changed since fi-patch wrote it: its refusal shows the change (fi-patch's text
-    against what is there), not the function, and says the one way back."""
+    """A file changed since fi-patch wrote it: its refusal shows the change (fi-patch's text,
+    rebuilt from the backup, against what is there), and gives the one way back."""
     refused, state = step.refusal, _state_of(inspection, step)
     file = state.file if state is not None else None
     if not isinstance(refused, Drifted) or file is None or file.record is None:
         return step
+    message = f"refusing to patch: {file.reason}"
+    try:
+        change = _since_written(inspection, file)
+    except FiPatchError:  # no backup to rebuild from: a reinstall is the way back
+        return replace(
+            step, refusal=Drifted(message, remedy=refused.remedy, details=refused.details)
+        )
+    kept = [d for d in refused.details if not d.startswith(("found at lines", "    "))]
+    if change:
+        kept += ["the change since fi-patch wrote it:", *("    " + d for d in change)]
+    remedy = f"{REVERT_FORCE} (the change is lost), then `fi-patch apply`"
+    return replace(step, refusal=Drifted(message, remedy=remedy, details=tuple(kept)))
+
+
+def _since_written(inspection: Inspection, file: FileState) -> list[str]:
+    """The diff from the bytes fi-patch wrote to the file's, where fi-patch's text can be
+    rebuilt exactly (its record's hash); none where it cannot."""
     # Imported here: composing needs libcst, the slowest import, and only drift gets here.
     from fi_patcher.changes import compose, diff_bytes
 
-    try:
-        original = original_of(inspection, file)
-    except FiPatchError:
-        return step
-    patches = [p for p in load_patches() if p.id in file.record.ids]
-    forced = frozenset(p.id for p in file.record.patches if p.forced)
-    try:
-        written = compose(original, patches, recorded_shapes(file.record, patches), forced)[0]
-    except FiPatchError:
-        return step
+    record = file.record
+    assert record is not None
+    original = original_of(inspection, file)
+    patches = [p for p in load_patches() if p.id in record.ids]
+    forced = frozenset(p.id for p in record.patches if p.forced)
+    version = record.patches[0].fi_patch_version if record.patches else __version__
+    shapes = recorded_shapes(record, patches)
+    written = compose(original, patches, shapes, forced, version)[0]
+    if sha256_bytes(written) != record.sha256:
+        return []
     current = inspection.sources.get(file.relpath) or b""
-    change = diff_bytes(written, current, file.relpath).splitlines()
-    kept = [d for d in refused.details if not d.startswith(("found at lines", "    "))]
-    details = (*kept, "the change since fi-patch wrote it:", *("    " + d for d in change))
-    remedy = f"{REVERT_FORCE} (the change above is lost), then `fi-patch apply`"
-    evidence = Drifted(f"refusing to patch: {file.reason}", remedy=remedy, details=details)
-    return replace(step, refusal=evidence)
+    return diff_bytes(written, current, file.relpath).splitlines()
 
 
 def _state_of(inspection: Inspection, step: Step) -> PatchState | None:

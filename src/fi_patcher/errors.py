@@ -155,9 +155,17 @@ class RequirementUnmet(FiPatchError):
 
 
 class Interrupted(FiPatchError):
-    """A signal (SIGINT or SIGTERM) stopped the command; the result says what each file holds."""
+    """SIGINT (Ctrl-C) stopped the command; the result says what each file holds."""
 
-    def __init__(self, signum: int, message: str, *, remedy: str | None = None):
-        super().__init__(message, remedy=remedy)
-        self.signum = signum
-        self.exit_code = ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED
+    exit_code = ExitCode.INTERRUPTED
+
+
+class Terminated(Interrupted):
+    """SIGTERM stopped the command; the result says what each file holds."""
+
+    exit_code = ExitCode.TERMINATED
+
+
+def stopped_by(signum: int) -> type[Interrupted]:
+    """The error for a command a signal stopped."""
+    return Terminated if signum == signal.SIGTERM else Interrupted

@@ -11,6 +11,8 @@ from typing import Literal
 
 from packaging.specifiers import SpecifierSet
 
+from fi_patcher.errors import FiPatchError
+
 
 class State(enum.StrEnum):
     """What `check` says of one patch in one target. The values are the `--json` names."""
@@ -221,6 +223,16 @@ class Fit:
     """For an unknown text: (sha256 of its text, sha256 of its structure)."""
     found: FunctionSpan | None = None
     """For an unknown text: where the function is, for evidence."""
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the pre-flight lets through: warnings to show, the patches left out (by id, why) and
+    those it refuses (by id, the refusal)."""
+
+    warnings: tuple[str, ...] = ()
+    left_out: Mapping[str, str] = field(default_factory=dict)
+    refused: Mapping[str, FiPatchError] = field(default_factory=dict)
 
 
 # --- the target environment ---------------------------------------------------------------------

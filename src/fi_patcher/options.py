@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fi_patcher.environment import PROBE_TIMEOUT
+from fi_patcher.errors import UsageError
 from fi_patcher.model import Interpreter
 from fi_patcher.proofs import VERIFY_TIMEOUT
 
@@ -43,3 +44,16 @@ class Options:
         """As long as another fi-patch may hold the lock: its probe, pre-flight and compile
         check, and two proof processes (before and after)."""
         return 2 * self.verify_timeout + 3 * self.timeout + 60
+
+
+def unproven_force(options: Options) -> UsageError | None:
+    """--force writes a change over a text fi-patch does not know: only its proofs can say it
+    works there, so it never goes without them."""
+    if not (options.force and not options.verify):
+        return None
+    return UsageError(
+        "--force cannot go with --no-verify: a forced change is written over a text fi-patch "
+        "does not know, and only the proofs can say it works",
+        remedy="drop --no-verify: apply --force proves the change and rolls back what the "
+        "proofs do not pass",
+    )

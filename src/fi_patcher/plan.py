@@ -26,6 +26,7 @@ from fi_patcher.model import (
     FileRecord,
     FileState,
     Installed,
+    Judgement,
     Patch,
     PatchSet,
     PatchState,
@@ -33,7 +34,6 @@ from fi_patcher.model import (
     State,
     Verdict,
 )
-from fi_patcher.proofs import Judgement
 from fi_patcher.registry import known, load_patches, required
 
 StepAction = Literal["add", "finish", "already-applied", "not-applicable", "left-out", "refuse"]
@@ -105,10 +105,6 @@ class ApplyPlan:
     @property
     def idle(self) -> bool:
         return not self.files
-
-    @property
-    def writes(self) -> bool:
-        return any(s.writes for s in self.steps)
 
     @property
     def refusal(self) -> FiPatchError | None:
@@ -358,6 +354,8 @@ def _revert_file(
             "nothing to restore, the record is cleared"
         )
         return RevertFile(record, path, gone, message)
+    if state is None and chosen.explicit:  # not a file of the named patches: left alone
+        return RevertFile(record, path, "keep")
     if state is None:
         message = "no patch fi-patch knows works on this file any more; the record is cleared"
         return RevertFile(record, path, gone, message)

@@ -8,8 +8,8 @@ process. Judging their answers is pure and lives here too.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from fi_patcher.environment import run_script, script_text
 from fi_patcher.errors import FiPatchError, Inert, NoTorch, RequirementUnmet, ToolkitMismatch
-from fi_patcher.model import Mode, Patch
+from fi_patcher.model import Judgement, Mode, Patch
 
 VERIFY_TIMEOUT = 600.0
 
@@ -53,16 +53,6 @@ class Preflight:
         else:
             nvcc = f"no nvcc ({self.nvcc_problem})"
         return f"{torch}; {nvcc}"
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """What the pre-flight lets through: warnings to show, the patches left out (by id, why) and
-    those it refuses (by id, the refusal)."""
-
-    warnings: tuple[str, ...] = ()
-    left_out: Mapping[str, str] = field(default_factory=dict)
-    refused: Mapping[str, FiPatchError] = field(default_factory=dict)
 
 
 def preflight(python: Path, timeout: float, *, nvcc: bool) -> Preflight:

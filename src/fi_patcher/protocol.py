@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from fi_patcher.environment import compile_check
-from fi_patcher.errors import FiPatchError, Interrupted, VerificationFailed, WriteFailed
-from fi_patcher.interrupts import checkpoint, stop_of
+from fi_patcher.errors import FiPatchError, VerificationFailed, WriteFailed, stopped_by
+from fi_patcher.interrupts import checkpoint, shielded, stop_of
 from fi_patcher.model import Command, Interpreter, Patch
 from fi_patcher.options import Options
 from fi_patcher.proofs import ProofReport, ProofRequest, prove
@@ -95,6 +95,7 @@ class Protocol:
                     transaction = Transaction(self.journal, write.change)
                     transactions[write.change.relpath] = transaction
                     transaction.write()
+            checkpoint()
         except FiPatchError as error:
             return self._undone(transactions, error, "", reports)
         except BaseException as interrupt:
@@ -149,6 +150,7 @@ class Protocol:
             r.patch.id: reports.get(r.patch.id, replace(silent, patch=r.patch.id)) for r in requests
         }
 
+    @shielded()
     def _settle(
         self,
         writes: Sequence[Write],
@@ -246,6 +248,7 @@ class Protocol:
             details=tuple(line for r in red for line in (f"{r.patch}: {r.summary}", *r.details)),
         )
 
+    @shielded()
     def _undone(
         self,
         transactions: Mapping[str, Transaction],
@@ -275,6 +278,7 @@ class Protocol:
         )
         return Done(settled, before, {}, failure)
 
+    @shielded()
     def _interrupted(
         self,
         transactions: Mapping[str, Transaction],
@@ -303,7 +307,7 @@ class Protocol:
                 else ": nothing was written"
             )
             remedy = f"run `fi-patch {self.command}` again when you are ready"
-        failure = Interrupted(stop.signum, message, remedy=remedy).adding(lines)
+        failure = stopped_by(stop.signum)(message, remedy=remedy, details=lines)
         return Done(settled, before, {}, failure)
 
     def _undo(self, transactions: Mapping[str, Transaction]) -> dict[str, tuple[Settlement, str]]:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from fi_patcher.changes import apply_change, restore_change, revert_change
 from fi_patcher.decision import Decision, decide
+from fi_patcher.interrupts import shielded
 from fi_patcher.model import Holder, Interpreter, PatchSet
-from fi_patcher.options import Options, Target
+from fi_patcher.options import Options, Target, unproven_force
 from fi_patcher.outcomes import applied, dry_run, reverted
 from fi_patcher.plan import ApplyPlan, FilePlan, RevertFile, plan_revert
 from fi_patcher.processes import started_before
@@ -37,6 +38,9 @@ from fi_patcher.target import (
 
 
 def apply(target: Target, chosen: PatchSet, options: Options) -> Outcome:
+    refused = unproven_force(options)
+    if refused is not None:
+        raise refused
     interpreter = target.interpreter
     # Records fi-patch may not read (another user's) stop only a write: the decision says so.
     inspection = inspect(interpreter, chosen.patches, reading=True)
@@ -64,11 +68,18 @@ def apply(target: Target, chosen: PatchSet, options: Options) -> Outcome:
         ]
         before = [ProofRequest(p, "before", _path_of(plan, p.id)) for p in plan.adding]
         done = Protocol(interpreter, journal, options, "apply").run(writes, before)
-    warnings = _warnings(decision, interpreter, options)
-    outcome = applied(
-        target, inspection, plan, facts=decision.facts, warnings=warnings, done=done, writes=writes
-    )
-    return _with_running(outcome, interpreter, moment)
+    with shielded():  # what was done is told, whatever signal comes now
+        warnings = _warnings(decision, interpreter, options)
+        outcome = applied(
+            target,
+            inspection,
+            plan,
+            facts=decision.facts,
+            warnings=warnings,
+            done=done,
+            writes=writes,
+        )
+        return _with_running(outcome, interpreter, moment)
 
 
 def _decided(
@@ -155,8 +166,9 @@ def revert(target: Target, chosen: PatchSet, options: Options) -> Outcome:
         failed = f"after taking out {', '.join(taking)}, " if chosen.explicit else ""
         protocol = Protocol(interpreter, journal, options, "revert")
         done = protocol.run(writes, (), failed, clear=clear)
-    outcome = reverted(target, inspection, chosen, plan=plan, done=done)
-    return _with_running(outcome, interpreter, moment)
+    with shielded():  # what was done is told, whatever signal comes now
+        outcome = reverted(target, inspection, chosen, plan=plan, done=done)
+        return _with_running(outcome, interpreter, moment)
 
 
 def _nothing(inspection: Inspection, interpreter: Interpreter) -> str:

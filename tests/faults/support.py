@@ -183,6 +183,11 @@ def killed(point: str, *arguments: str | Path) -> subprocess.CompletedProcess[st
     return _child(KILLER, point, *arguments)
 
 
+def signalled(point: str, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    """As `killed`, but the process sends itself SIGTERM at `point`, and goes on."""
+    return _child(KILLER.replace("signal.SIGKILL", "signal.SIGTERM"), point, *arguments)
+
+
 # Every script above ends here, with `arguments` as fi-patch's command line.
 MAIN = 'sys.argv = ["fi-patch", *arguments]\nfrom fi_patcher.cli import main\nmain()\n'
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -17,25 +18,29 @@ from typer.testing import CliRunner
 
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
-from tests.faults.support import records, started
+from tests.faults.support import records, signalled, started
 from tests.support.cli import states_of
-from tests.support.releases import FP4, RELEASES, TARGET, released_text
+from tests.support.releases import CUDA, FP4, RELEASES, TARGET, released_text
 from tests.support.venvs import fp4_file, target_file
 
 RELEASE = "0.7.0"
 
 
-def _signalled_at(process: subprocess.Popen[str], phrase: str, signum: int) -> list[str]:
-    """Send `signum` once fi-patch says (with -v) that it started `phrase`; its stderr lines."""
+def _said(process: subprocess.Popen[str], phrase: str) -> None:
+    """Wait until fi-patch says (with -v) that it started `phrase`."""
     assert process.stderr is not None
     seen = []
     for line in process.stderr:
         seen.append(line)
         if phrase in line:
-            process.send_signal(signum)
-            break
-    assert any(phrase in line for line in seen), seen
-    return seen
+            return
+    raise AssertionError(seen)
+
+
+def _signalled_at(process: subprocess.Popen[str], phrase: str, signum: int) -> None:
+    """Send `signum` once fi-patch says (with -v) that it started `phrase`."""
+    _said(process, phrase)
+    process.send_signal(signum)
 
 
 def _untouched(venv: Path) -> bool:
@@ -65,7 +70,7 @@ def test_a_signal_while_proving_puts_every_file_back_and_says_so(
     (result,) = document["results"]
     assert (result["status"], result["exit_code"]) == ("error", code)
     name = signal.Signals(signum).name
-    assert result["error"]["kind"] == "Interrupted"
+    assert result["error"]["kind"] == ("Terminated" if signum == signal.SIGTERM else "Interrupted")
     assert result["error"]["message"] == (
         f"interrupted by {name} while proving the written files: every file fi-patch wrote is "
         "as it was before"
@@ -123,3 +128,65 @@ def test_every_target_of_a_signalled_apply_is_put_back(venv_with: MakeVenv) -> N
     for venv, result in zip((first, second), results, strict=True):
         assert result["exit_code"] == ExitCode.INTERRUPTED, result
         assert _untouched(venv)
+
+
+def test_a_second_ctrl_c_does_not_cut_the_undo_short(venv_with: MakeVenv) -> None:
+    venv = venv_with(RELEASE)
+    with started("-v", "apply", "--venv", venv, "--json") as process:
+        _signalled_at(process, "proving the patched code", signal.SIGINT)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=300)
+    assert process.returncode == ExitCode.INTERRUPTED, err
+    (result,) = json.loads(out)["results"]
+    assert {f["action"] for f in result["files"]} == {"rolled-back"}
+    assert _untouched(venv)
+    assert records(venv) == []
+
+
+def test_a_signal_during_the_last_write_with_nothing_to_prove_puts_it_back(
+    venv_with: MakeVenv,
+) -> None:
+    """apply --no-verify of one file: the signal comes as the file is replaced (sent by fi-patch
+    to itself from a hook there, as a shell would send it); no proof follows, and still the file
+    goes back."""
+    venv = venv_with("0.5.0")
+    run = signalled("after-replace", "apply", "--venv", venv, "--no-verify", "--patch", CUDA)
+    assert run.returncode == ExitCode.TERMINATED, run.stderr
+    said = " ".join((run.stdout + run.stderr).split())
+    assert "interrupted by SIGTERM while writing: every file fi-patch wrote is as it was" in said
+    assert target_file(venv).read_bytes() == released_text(RELEASES["0.5.0"], TARGET)
+    assert records(venv) == []
+
+
+def test_the_proof_process_stops_when_fi_patch_is_killed(venv_with: MakeVenv) -> None:
+    """The target's processes run in a session of their own (a Ctrl-C reaches fi-patch alone):
+    when fi-patch dies by SIGKILL, its proof process stops itself rather than run on."""
+    venv = venv_with(RELEASE)
+    with started("-v", "apply", "--venv", venv) as process:
+        _said(process, "proving the patched code")
+        deadline = time.monotonic() + 30
+        while not (children := _children(process.pid)):
+            assert time.monotonic() < deadline, "the proof process never started"
+            time.sleep(0.05)
+        process.kill()
+        process.communicate(timeout=60)
+    deadline = time.monotonic() + 30
+    while any(_running(pid) for pid in children):
+        assert time.monotonic() < deadline, f"{children} still run"
+        time.sleep(0.2)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Alive, and not a zombie waiting for whoever adopted it to reap it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
