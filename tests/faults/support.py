@@ -252,8 +252,11 @@ def stuck(folder: Path, *arguments: str | Path) -> subprocess.CompletedProcess[s
 
 
 def started(*arguments: str | Path) -> subprocess.Popen[str]:
-    """fi-patch's real CLI, started and left running."""
-    return _started("import sys\narguments = sys.argv[1:]\n", *arguments)
+    """fi-patch's real CLI, started and left running, as a terminal starts a command: with
+    SIGINT's default action, even where the tests themselves run as a background job of a shell
+    without job control (which starts them ignoring SIGINT, as it would fi-patch)."""
+    foreground = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+    return _started(foreground + "import sys\narguments = sys.argv[1:]\n", *arguments)
 
 
 def _started(script: str, *arguments: str | Path) -> subprocess.Popen[str]:
