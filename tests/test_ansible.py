@@ -4,27 +4,36 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from fi_patcher import __version__
 from tests.conftest import MakeVenv
 from tests.support.expected import expected
 from tests.support.releases import FP4, RELEASES, released_text
-from tests.support.tool import ROOT, build_wheel
+from tests.support.tool import ROOT
 from tests.support.venvs import fp4_file, replace_bytes, target_file
 
 PLAYBOOK = ROOT / "examples" / "ansible" / "playbook.yml"
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
+def dist() -> Path:
+    """The wheel a real `make dist` builds in the clone, as the playbook's header says to."""
+    subprocess.run(["make", "-C", ROOT, "dist"], check=True, capture_output=True)
+    (wheel,) = (ROOT / "dist").glob("fi_patch-*.whl")
+    return wheel
 
 
-def playbook(venv: Path, tool: Path, wheel: Path, *flags: str) -> tuple[int, str]:
+def playbook(
+    venv: Path, tool: Path, wheel: Path | None, *flags: str, book: Path = PLAYBOOK
+) -> tuple[int, str]:
+    """ansible-playbook against localhost; `wheel` None names none (the playbook finds it)."""
+    named = ["-e", f"fi_patch_wheel={wheel}"] if wheel is not None else []
     completed = subprocess.run(
         [
             Path(sys.executable).parent / "ansible-playbook",
@@ -32,14 +41,13 @@ def playbook(venv: Path, tool: Path, wheel: Path, *flags: str) -> tuple[int, str
             "localhost,",
             "-c",
             "local",
-            PLAYBOOK,
+            book,
             *flags,
             "-e",
             f"target_venv={venv}",
             "-e",
             f"fi_patch_home={tool}",
-            "-e",
-            f"fi_patch_wheel={wheel}",
+            *named,
             "-e",
             f"fi_patch_python={sys.executable}",
             "-e",
@@ -65,12 +73,14 @@ def untouched(venv: Path) -> bool:
 
 
 def test_five_runs_the_way_operators_run_them(
-    venv_with: MakeVenv, wheel: Path, tmp_path: Path
+    venv_with: MakeVenv, dist: Path, tmp_path: Path
 ) -> None:
-    """--check on a pristine host, --check --diff, a real run, the same again, --check on the
-    patched host: each reports what it would do or did, and only the real run writes."""
+    """As the playbook's header says: `make dist`, then the playbook naming no wheel. --check on
+    a pristine host, --check --diff, a real run, the same again, --check on the patched host:
+    each reports what it would do or did, and only the real run writes."""
     venv = venv_with("0.7.4")
     tool = tmp_path / "fi-patch-home"
+    wheel = None
 
     code, output = playbook(venv, tool, wheel, "--check")
     assert code == 0, output
@@ -88,6 +98,8 @@ def test_five_runs_the_way_operators_run_them(
     code, output = playbook(venv, tool, wheel)
     assert code == 0, output
     assert recap(output)["changed"] >= 2  # fi-patch installed, FlashInfer patched
+    installed = subprocess.run([tool / "bin" / "fi-patch", "--version"], capture_output=True)
+    assert installed.stdout.decode().strip() == f"fi-patch {__version__}"
     assert "cuda-version-torch-first applied, " in output
     assert "fp4-quantize-under-compile applied (" in output
     assert target_file(venv).read_bytes() == expected("0.7.4").encode()
@@ -104,10 +116,12 @@ def test_five_runs_the_way_operators_run_them(
 
 
 def test_a_drifted_host_fails_with_fi_patch_s_own_message(
-    venv_with: MakeVenv, wheel: Path, tmp_path: Path
+    venv_with: MakeVenv, dist: Path, tmp_path: Path
 ) -> None:
+    """With the wheel named (-e fi_patch_wheel)."""
     venv = venv_with("0.7.4")
     tool = tmp_path / "fi-patch-home"
+    wheel = dist
     assert playbook(venv, tool, wheel)[0] == 0
     replace_bytes(target_file(venv), target_file(venv).read_bytes() + b"# edited by hand\n")
     for flags in ((), ("--check",)):
@@ -117,3 +131,24 @@ def test_a_drifted_host_fails_with_fi_patch_s_own_message(
         said = " ".join(output.split())
         assert "fi-patch exit 7: refusing to patch" in said
         assert "changed since fi-patch wrote it" in said
+
+
+@pytest.mark.parametrize("wheels", [0, 2], ids=["no-wheel", "two-wheels"])
+def test_a_dist_without_one_wheel_stops_before_any_host(
+    venv_with: MakeVenv, tmp_path: Path, wheels: int
+) -> None:
+    """The playbook in a clone whose dist/ holds no wheel, or two: it says so and what to run."""
+    clone = tmp_path / "clone"
+    shutil.copytree(PLAYBOOK.parent, clone / "examples" / "ansible")
+    (clone / "dist").mkdir()
+    for version in ("0.5.0", "0.6.0")[:wheels]:
+        (clone / "dist" / f"fi_patch-{version}-py3-none-any.whl").write_bytes(b"")
+    venv = venv_with("0.7.4")
+    tool = tmp_path / "fi-patch-home"
+    book = clone / "examples" / "ansible" / "playbook.yml"
+    code, output = playbook(venv, tool, None, "--check", book=book)
+    assert code != 0
+    said = " ".join(output.split())
+    assert ("no wheel" if wheels == 0 else "several wheels") + f" in {clone / 'dist'}" in said
+    assert "run `make dist` in the clone of fi-patch" in said
+    assert untouched(venv) and not tool.exists()

@@ -79,3 +79,21 @@ def test_readme_ranges_are_the_catalogs() -> None:
         whole = f"{min(lows, key=Version)} \u2013 {max(highs, key=Version)}"
         (row,) = re.findall(rf"^\| `{re.escape(patch.id)}` \|.*\| ([^|]+) \|$", text, re.M)
         assert row == whole, patch.id
+
+
+def test_versions_written_out_are_the_package_s() -> None:
+    """Wheel names and fi-patch's marker lines shown in the docs and examples carry the
+    version the package has now: a version bump that forgets one fails here."""
+    from fi_patcher import __version__
+
+    pages = [README, *DOCS.glob("*.md"), *(README.parent / "examples").rglob("*.*")]
+    seen = 0
+    for page in pages:
+        text = page.read_text()
+        for found in re.findall(r"fi_patch-(\d+\.\d+\.\d+)-", text):
+            assert found == __version__, page
+            seen += 1
+        for found in re.findall(r"# fi-patch: [a-z0-9-]+ \(fi-patch (\d+\.\d+\.\d+)\)", text):
+            assert found == __version__, page
+            seen += 1
+    assert seen >= 5

@@ -90,11 +90,12 @@ def main() -> None:
         if f.get("diff")
     ]
     summary = ", ".join(f"{patch} {action}" for patch, action in actions.items())
+    for warning in result.get("warnings", []):
+        module.warn(warning)
     module.exit_json(
         changed=any(action in WRITES for action in actions.values()),
         actions=actions,
         diff=diff,
-        warnings=result.get("warnings", []),
         msg=f"{summary} ({params['venv']})",
         fi_patch=document,
     )
