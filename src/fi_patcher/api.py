@@ -35,9 +35,7 @@ def check(target: Target, chosen: PatchSet, options: Options | None = None) -> C
     installed = assessment.installed
     if installed is None:
         refused = not_installed(assessment, interpreter)
-        verdicts = {
-            s.patch.id: ApplyVerdict("refuse", refused.message, refused) for s in assessment.patches
-        }
+        verdicts = {s.patch.id: ApplyVerdict("refuse", refused) for s in assessment.patches}
         return Checked(target, assessment, verdicts, refused)
     decision = decide(interpreter, inspection, chosen, options or Options())
     shared = foreign(installed, interpreter, "apply")

@@ -56,9 +56,7 @@ class Decision:
     @property
     def verdicts(self) -> dict[str, ApplyVerdict]:
         """What apply would do with each chosen patch, by id."""
-        return {
-            s.patch.id: ApplyVerdict(_WOULD[s.action], s.reason, s.refusal) for s in self.plan.steps
-        }
+        return {s.patch.id: ApplyVerdict(_WOULD[s.action], s.refusal) for s in self.plan.steps}
 
     @property
     def states(self) -> tuple[PatchState, ...]:

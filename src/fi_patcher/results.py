@@ -125,7 +125,6 @@ class ApplyVerdict:
     """What apply would do with one patch now, decided from apply's own plan."""
 
     would: Would
-    reason: str
     refusal: FiPatchError | None = None
 
     @property
