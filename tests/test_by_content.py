@@ -26,6 +26,8 @@ from tests.support.hashes import function_hashes
 from tests.support.relabel import docstring_changed, relabelled
 from tests.support.releases import (
     CUDA,
+    DECLARED,
+    DECLARED_FAKE,
     FORWARDING,
     FP4,
     OP_BOUNDARY,
@@ -37,7 +39,10 @@ from tests.support.releases import (
 )
 from tests.support.venvs import create_venv, pip, record_sha256, site_packages
 
-PRE_RELEASES = {"0.6.0rc1": (CUDA, OP_BOUNDARY), "0.7.2rc6": (CUDA, UNDER_COMPILE)}
+PRE_RELEASES = {
+    "0.6.0rc1": (CUDA, DECLARED, DECLARED_FAKE, OP_BOUNDARY),
+    "0.7.2rc6": (CUDA, DECLARED, DECLARED_FAKE, UNDER_COMPILE),
+}
 
 
 def _unchanged(venv: Path, *relpaths: str) -> bool:

@@ -93,6 +93,7 @@ def test_revert_json(runner: CliRunner, venv_with: MakeVenv) -> None:
     assert files == {
         "flashinfer/jit/cpp_ext.py": ("reverted", []),
         "flashinfer/fp4_quantization.py": ("reverted", []),
+        "flashinfer/utils.py": ("reverted", []),
     }
 
 
@@ -102,6 +103,8 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
     assert check.code == ExitCode.NEEDS_APPLY
     assert check.stdout.splitlines() == [
         f"{venv}: cuda-version-torch-first pristine",
+        f"{venv}: declared-ops-custom pristine",
+        f"{venv}: declared-ops-fake pristine",
         f"{venv}: fp4-op-keyword-forwarding not-applicable",
         f"{venv}: fp4-quantize-op-boundary pristine",
         f"{venv}: fp4-quantize-under-compile not-applicable",

@@ -1,20 +1,23 @@
-"""scripts/gpu/fp4_compiled.py, the GPU check CI never runs: without a device it says so."""
+"""scripts/gpu/, the GPU checks CI never runs: without a device each says so."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 
+import pytest
+
 from tests.conftest import MakeVenv
 from tests.support.tool import ROOT
 from tests.support.venvs import python_of
 
 
-def test_without_a_gpu_it_says_so_and_exits_77(venv_with: MakeVenv) -> None:
+@pytest.mark.parametrize("script", ["fp4_compiled.py", "declared_ops.py"])
+def test_without_a_gpu_it_says_so_and_exits_77(venv_with: MakeVenv, script: str) -> None:
     """CUDA_VISIBLE_DEVICES="" hides any device, so this holds on a GPU machine too."""
     venv = venv_with("0.7.4")
     completed = subprocess.run(
-        [python_of(venv), ROOT / "scripts" / "gpu" / "fp4_compiled.py"],
+        [python_of(venv), ROOT / "scripts" / "gpu" / script],
         capture_output=True,
         text=True,
         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},

@@ -45,6 +45,8 @@ def test_wheel_ships_the_patches_and_runs(installed_tool: Path, tmp_path: Path) 
     patches = json.loads(listing.stdout)["results"]
     assert [p["id"] for p in patches] == [
         "cuda-version-torch-first",
+        "declared-ops-custom",
+        "declared-ops-fake",
         "fp4-op-keyword-forwarding",
         "fp4-quantize-op-boundary",
         "fp4-quantize-under-compile",
@@ -52,6 +54,8 @@ def test_wheel_ships_the_patches_and_runs(installed_tool: Path, tmp_path: Path) 
     assert [s["name"] for s in patches[0]["shapes"]] == ["A", "B"]
     assert [p["proof"]["script"] for p in patches] == [
         "cuda_version_torch_first.py",
+        "declared_ops.py",
+        "declared_ops.py",
         "fp4_op_keyword_forwarding.py",
         "fp4_quantize_op_boundary.py",
         "fp4_quantize_under_compile.py",

@@ -23,12 +23,15 @@ from tests.support.cli import fi_patch, patch_result, states_of
 from tests.support.expected import expected, files_of, target_of
 from tests.support.releases import (
     CUDA,
+    DECLARED,
+    DECLARED_FAKE,
     FORWARDING,
     FP4,
     OP_BOUNDARY,
     RELEASES,
     TARGET,
     UNDER_COMPILE,
+    UTILS,
     released_text,
 )
 from tests.support.venvs import record_sha256, site_packages
@@ -100,25 +103,28 @@ def test_apply_check_revert_round_trip(
 
 @pytest.mark.parametrize("version", ["0.2.5"])
 def test_not_applicable_release(runner: CliRunner, venv_with: MakeVenv, version: str) -> None:
-    """0.2.5 has neither cpp_ext.py nor fp4_quantize: nothing to patch, told by its files."""
+    """0.2.5 has neither cpp_ext.py nor fp4_quantize: nothing for those patches, told by its
+    files; only flashinfer/utils.py, which declares the ops, is written."""
     venv = venv_with(version)
     site = site_packages(venv)
     before = {p: p.read_bytes() for p in site.joinpath("flashinfer").rglob("*.py")}
     assert before
     states, code = states_of(runner, venv)
-    assert set(states.values()) == {"not-applicable"} and code == ExitCode.OK
+    declared = {DECLARED: "pristine", DECLARED_FAKE: "pristine"}
+    assert {p: s for p, s in states.items() if s != "not-applicable"} == declared
+    assert code == ExitCode.NEEDS_APPLY
     run = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
     assert run.code == ExitCode.OK
     assert "not applicable: nothing to patch (no public get_cuda_version before" in run.text
     assert "(no fp4_quantize before 0.2.6)" in run.text
-    assert {p: p.read_bytes() for p in before} == before
-    assert not (venv / ".fi-patch").exists()
+    changed = [p for p in before if p.read_bytes() != before[p]]
+    assert changed == [site / UTILS]
 
 
 def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.6.18.post1")
     site = site_packages(venv)
-    originals = {f: (site / f).read_bytes() for f in (TARGET, FP4)}
+    originals = {f: (site / f).read_bytes() for f in (TARGET, FP4, UTILS)}
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     store = venv / ".fi-patch"
     assert store.stat().st_mode & 0o777 == 0o700
@@ -127,7 +133,7 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     manifest = json.loads((store / "manifest.json").read_text())
     assert manifest["schema"] == 2
     records = {r["relpath"]: r for r in manifest["files"]}
-    assert set(records) == {TARGET, FP4}
+    assert set(records) == {TARGET, FP4, UTILS}
     for relpath, record in records.items():
         assert record["version"] == "0.6.18.post1"
         assert record["original"] == hashlib.sha256(originals[relpath]).hexdigest()
@@ -138,6 +144,10 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     assert [(p["id"], p["shape"]) for p in records[FP4]["patches"]] == [
         (FORWARDING, "positional"),
         (UNDER_COMPILE, "0.6.13"),
+    ]
+    assert [(p["id"], p["shape"]) for p in records[UTILS]["patches"]] == [
+        (DECLARED, "no-op"),
+        (DECLARED_FAKE, "no-op"),
     ]
 
 
@@ -157,6 +167,8 @@ def test_revert_of_one_patch_keeps_the_others(runner: CliRunner, venv_with: Make
     states, code = states_of(runner, venv)
     assert states == {
         CUDA: "patched",
+        DECLARED: "patched",
+        DECLARED_FAKE: "patched",
         FORWARDING: "patched",
         OP_BOUNDARY: "not-applicable",
         UNDER_COMPILE: "pristine",
@@ -164,7 +176,7 @@ def test_revert_of_one_patch_keeps_the_others(runner: CliRunner, venv_with: Make
     assert code == ExitCode.NEEDS_APPLY
 
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
-    for relpath in (TARGET, FP4):
+    for relpath in (TARGET, FP4, UTILS):
         assert (site / relpath).read_bytes() == released_text(RELEASES["0.7.0"], relpath)
 
 
@@ -210,6 +222,8 @@ def test_where_upstream_fixed_the_op_the_branch_needs_nothing_else(
     states, _ = states_of(runner, venv)
     assert states == {
         CUDA: "pristine",
+        DECLARED: "pristine",
+        DECLARED_FAKE: "pristine",
         FORWARDING: "not-applicable",
         OP_BOUNDARY: "not-applicable",
         UNDER_COMPILE: "patched",

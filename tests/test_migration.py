@@ -24,12 +24,15 @@ from tests.support.cli import fi_patch, patch_result, states_of
 from tests.support.expected import expected, original
 from tests.support.releases import (
     CUDA,
+    DECLARED,
+    DECLARED_FAKE,
     FORWARDING,
     FP4,
     OP_BOUNDARY,
     RELEASES,
     TARGET,
     UNDER_COMPILE,
+    UTILS,
     released_text,
 )
 from tests.support.tool import ROOT
@@ -80,6 +83,8 @@ def test_a_venv_patched_by_0_1_0_is_checked_extended_and_reverted(
     states, code = states_of(runner, venv)
     assert states == {
         CUDA: "patched",
+        DECLARED: "pristine",
+        DECLARED_FAKE: "pristine",
         FORWARDING: "pristine",
         OP_BOUNDARY: "not-applicable",
         UNDER_COMPILE: "pristine",
@@ -97,6 +102,7 @@ def test_a_venv_patched_by_0_1_0_is_checked_extended_and_reverted(
     records = {r["relpath"]: r for r in data["files"]}  # type: ignore[attr-defined]
     assert [p["fi_patch_version"] for p in records[TARGET]["patches"]] == ["0.1.0"]
     assert [p["id"] for p in records[FP4]["patches"]] == [FORWARDING, UNDER_COMPILE]
+    assert [p["id"] for p in records[UTILS]["patches"]] == [DECLARED, DECLARED_FAKE]
 
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.0"])

@@ -23,6 +23,8 @@ from tests.support.deps import fake_torch, use
 from tests.support.expected import expected
 from tests.support.releases import (
     CUDA,
+    DECLARED,
+    DECLARED_FAKE,
     FORWARDING,
     FP4,
     OP_BOUNDARY,
@@ -251,6 +253,8 @@ def test_a_failed_proof_rolls_back_only_the_files_it_covers(
     states, _ = states_of(CliRunner(env={"VIRTUAL_ENV": None}), venv)
     assert states == {
         CUDA: "pristine",
+        DECLARED: "pristine",
+        DECLARED_FAKE: "pristine",
         FORWARDING: "patched",
         OP_BOUNDARY: "not-applicable",
         UNDER_COMPILE: "pristine",
@@ -277,7 +281,7 @@ def test_a_revert_whose_remaining_patch_fails_its_proof_is_rolled_back(
     assert fp4_file(venv).read_bytes() == before
     states, _ = states_of(runner, venv)
     assert states == {
-        **dict.fromkeys((CUDA, FORWARDING, UNDER_COMPILE), "patched"),
+        **dict.fromkeys((CUDA, DECLARED, DECLARED_FAKE, FORWARDING, UNDER_COMPILE), "patched"),
         OP_BOUNDARY: "not-applicable",
     }
 

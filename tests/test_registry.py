@@ -25,6 +25,8 @@ from tests.support.expected import PATCHES, target_of
 from tests.support.hashes import function_hashes
 from tests.support.releases import (
     CUDA,
+    DECLARED,
+    DECLARED_FAKE,
     FORWARDING,
     FP4,
     OP_BOUNDARY,
@@ -90,7 +92,7 @@ def test_registry_hashes_match_the_released_function(version: str, patch: str) -
     relpath = target_of(patch, version)
     text = released_text(release, relpath)
     assert hashlib.sha256(text).hexdigest()[:12] == release.sha256_prefixes[relpath]
-    hashes = function_hashes(text.decode("utf-8"), registered.function)
+    hashes = function_hashes(text.decode("utf-8"), registered.function, registered.scope)
     assert hashes is not None
     raw, structure = hashes
     shape = registered.shape_named(release.shapes[patch])
@@ -131,9 +133,12 @@ def test_every_final_release_is_known_to_every_patch() -> None:
         assert unknown == [], patch.id
 
 
+ALL = (CUDA, DECLARED, DECLARED_FAKE, FORWARDING, OP_BOUNDARY, UNDER_COMPILE)
+
+
 def test_registry_order_and_requirements() -> None:
     patches = load_patches()
-    assert [p.id for p in patches] == [CUDA, FORWARDING, OP_BOUNDARY, UNDER_COMPILE]
+    assert [p.id for p in patches] == list(ALL)
     assert PATCHES[OP_BOUNDARY].requires.patches == ()
     assert str(PATCHES[OP_BOUNDARY].requires.torch) == ">=2.4"
     assert PATCHES[UNDER_COMPILE].requires.patches == (FORWARDING,)
@@ -145,7 +150,7 @@ def test_registry_order_and_requirements() -> None:
 def test_choose_by_id_keeps_registry_order() -> None:
     chosen = choose([UNDER_COMPILE, CUDA])
     assert chosen.ids == (CUDA, UNDER_COMPILE) and chosen.explicit
-    assert choose(None).ids == (CUDA, FORWARDING, OP_BOUNDARY, UNDER_COMPILE)
+    assert choose(None).ids == ALL
     assert not choose(None).explicit
     with pytest.raises(UsageError, match="no patch named 'nope'"):
         choose(["nope"])

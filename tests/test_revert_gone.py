@@ -18,7 +18,7 @@ from tests.conftest import MakeVenv
 from tests.faults.support import records
 from tests.support.cli import fi_patch, patch_result
 from tests.support.expected import expected
-from tests.support.releases import CUDA, FORWARDING, FP4, RELEASES, TARGET, released_text
+from tests.support.releases import CUDA, FORWARDING, FP4, RELEASES, TARGET, UTILS, released_text
 from tests.support.venvs import fp4_file, record_sha256, reinstall, rerecord, target_file
 
 
@@ -74,9 +74,10 @@ def test_a_deleted_file_is_never_cleared_by_a_revert_of_another_patch(
     assert patch_result(run.json, CUDA)["action"] == "reverted"
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.0"], TARGET)
     assert not fp4_file(venv).exists()
-    assert [r["relpath"] for r in records(venv)] == [FP4]
+    assert [r["relpath"] for r in records(venv)] == [FP4, UTILS]
     fp4_original = hashlib.sha256(released_text(RELEASES["0.7.0"], FP4)).hexdigest()
-    assert _backups(venv) == {f"{fp4_original}.py"} <= kept
+    utils_original = hashlib.sha256(released_text(RELEASES["0.7.0"], UTILS)).hexdigest()
+    assert _backups(venv) == {f"{fp4_original}.py", f"{utils_original}.py"} <= kept
 
     # The file held other patches too: only a revert of all of them puts it back.
     partial = fi_patch(runner, "revert", "--venv", venv, "--patch", FORWARDING)
@@ -121,7 +122,8 @@ def test_revert_of_one_patch_reports_the_records_it_tidies(
     run = fi_patch(runner, "revert", "--venv", venv, "--patch", CUDA, "--json")
     assert run.code == ExitCode.OK, run.stdout
     files = {f["relpath"]: f["action"] for f in run.json["results"][0]["files"]}
-    assert files == {TARGET: "reverted", FP4: "tidied"}
+    # The reinstall put utils.py's original back too.
+    assert files == {TARGET: "reverted", FP4: "tidied", UTILS: "tidied"}
     assert FORWARDING not in {p["patch"] for p in run.json["results"][0]["patches"]}
     assert records(venv) == []
     people = fi_patch(runner, "revert", "--venv", venv)

@@ -18,7 +18,15 @@ import libcst as cst
 import libcst.matchers as m
 
 from fi_patcher.model import InsertFirst, KeywordArguments, Patch, Shape
-from fi_patcher.recognise import Match, Unrecognised, locate, parse, parse_module, recognise
+from fi_patcher.recognise import (
+    Match,
+    Unrecognised,
+    following,
+    locate,
+    parse,
+    parse_module,
+    recognise,
+)
 
 __all__ = ["Composed", "Unrecognised", "compose", "take_out"]
 
@@ -68,20 +76,21 @@ def take_out(text: str, patch: Patch, shape: Shape) -> str | None:
     tree = parse(text)
     if isinstance(tree, Unrecognised):
         return None
-    located = locate(tree, text, patch.function)
+    located = locate(tree, text, patch.function, patch.scope)
     if isinstance(located, Unrecognised):
         return None
     node, found = located
     # The statements the patch adds after the function go with it.
     definitions = _definitions(patch, shape)
-    following = _following(tree, node, len(definitions))
-    if following is None:
+    after_node = following(tree, node)[: len(definitions)]
+    if len(after_node) != len(definitions):
         return None
-    end = following[-1].end_lineno if following else found.end
+    end = after_node[-1].end_lineno if after_node else found.end
     assert end is not None
     lines = re.findall(r"[^\n]*\n|[^\n]+\Z", text)
-    snippet = "".join(lines[found.start - 1 : end])
-    if not _same_statements(snippet, [node, *following]):
+    indent = _indent(lines[found.start - 1])
+    snippet = _dedented("".join(lines[found.start - 1 : end]), indent)
+    if snippet is None or not _same_statements(snippet, [node, *after_node]):
         return None
     module = cst.parse_module(snippet)
     definition, *after = module.body
@@ -91,15 +100,33 @@ def take_out(text: str, patch: Patch, shape: Shape) -> str | None:
     undone = _TAKE_OUT[type(patch.operation)](definition, patch, shape)
     if undone is None:
         return None
-    spliced = module.with_changes(body=[undone]).code
+    spliced = _indented(module.with_changes(body=[undone]).code, indent)
     return "".join(lines[: found.start - 1]) + spliced + "".join(lines[end:])
 
 
-def _following(tree: ast.Module, node: ast.FunctionDef, count: int) -> list[ast.stmt] | None:
-    """The `count` top-level statements right after `node`, or None where there are fewer."""
-    at = tree.body.index(node) + 1
-    after = tree.body[at : at + count]
-    return after if len(after) == count else None
+def _indent(line: str) -> str:
+    """The whitespace a line starts with: a function in an `else` branch is indented."""
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def _dedented(snippet: str, indent: str) -> str | None:
+    """`snippet` without `indent` at the start of each line, or None where taking it off and
+    putting it back would not give the same bytes (a line indented less, say)."""
+    if not indent:
+        return snippet
+    lines = snippet.splitlines(keepends=True)
+    if any(not line.startswith(indent) and line.strip() for line in lines):
+        return None
+    local = "".join(line[len(indent) :] if line.startswith(indent) else line for line in lines)
+    return local if _indented(local, indent) == snippet else None
+
+
+def _indented(code: str, indent: str) -> str:
+    """`code` with `indent` before every line that is not blank."""
+    if not indent:
+        return code
+    lines = code.splitlines(keepends=True)
+    return "".join(indent + line if line.strip() else line for line in lines)
 
 
 def _definitions(patch: Patch, shape: Shape) -> list[_Statement]:
@@ -115,8 +142,9 @@ def _rewrite(text: str, patch: Patch, matched: Match, tool_version: str) -> str 
     """Rewrite the function's own lines with libcst and splice them back into `text`."""
     lines = re.findall(r"[^\n]*\n|[^\n]+\Z", text)
     start, end = matched.found.start - 1, matched.found.end
-    snippet = "".join(lines[start:end])
-    if not _same_statements(snippet, [matched.node]):
+    indent = _indent(lines[start])
+    snippet = _dedented("".join(lines[start:end]), indent)
+    if snippet is None or not _same_statements(snippet, [matched.node]):
         return Unrecognised(f"{patch.id}: cannot cut {patch.function} out of its lines")
     module = cst.parse_module(snippet)
     (definition,) = module.body
@@ -125,7 +153,7 @@ def _rewrite(text: str, patch: Patch, matched: Match, tool_version: str) -> str 
     changed = rewrite(definition, patch, matched.shape, tool_version)
     if isinstance(changed, str):
         return Unrecognised(f"{patch.id}: {changed}", matched.found)
-    spliced = module.with_changes(body=list(changed)).code
+    spliced = _indented(module.with_changes(body=list(changed)).code, indent)
     return "".join(lines[:start]) + spliced + "".join(lines[end:])
 
 

@@ -59,7 +59,11 @@ def where(patch: Patch, readings: Mapping[str, Reading], version: str) -> Patch:
     targets that defines it at top level. Where none does, the file its version's shape names,
     or else its own file if it exists, or the first that exists."""
     held = [r for r in (readings.get(t) for t in patch.targets) if r is not None]
-    found = [r.relpath for r in held if r.tree is not None and defines(r.tree, patch.function)]
+    found = [
+        r.relpath
+        for r in held
+        if r.tree is not None and defines(r.tree, patch.function, patch.scope)
+    ]
     shape = expected(patch, version).shape
     existing = [r.relpath for r in held if not r.absent]
     named = [shape.target or patch.target] if shape is not None else []
@@ -79,10 +83,10 @@ def identify(patch: Patch, reading: Reading | None, version: str) -> Fit:
     if reading.text is None or reading.tree is None:
         return Fit(Verdict.UNKNOWN, None, reading.problem)
     tree, text = reading.tree, reading.text
-    if not defines(tree, patch.function):
+    if not defines(tree, patch.function, patch.scope):
         exemption = next((e for e in patch.not_applicable if e.absent == patch.function), None)
         return _nothing(patch, exemption, by_version, version, f"no {patch.function} in {relpath}")
-    located = locate(tree, text, patch.function)
+    located = locate(tree, text, patch.function, patch.scope)
     if isinstance(located, Unrecognised):
         return Fit(Verdict.UNKNOWN, None, located.reason)
     node, found = located

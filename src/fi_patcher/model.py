@@ -168,6 +168,11 @@ class Patch:
     preflight: tuple[str, ...] = ()
     """Named checks the pre-flight runs before this patch is written (`cuda-toolkit`)."""
     cases: tuple[Case, ...] = ()
+    scope: str = ""
+    """Where `function` is defined: top level (""), or `else`, the else branch of a top-level
+    `if` (flashinfer/utils.py's register_custom_op for torch >= 2.4)."""
+    declarations: tuple[Declaration, ...] = ()
+    """FlashInfer's op declarations fi-patch checked against the kernel (declared-ops-custom)."""
 
     def marker(self, tool_version: str) -> str:
         return f"# fi-patch: {self.id} (fi-patch {tool_version})"
@@ -184,6 +189,37 @@ class Patch:
         """Every file the patch may write, its own `target` first."""
         found = [self.target, *(s.target for s in self.shapes if s.target is not None)]
         return tuple(dict.fromkeys(found))
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One of FlashInfer's op declarations, checked against what the release's kernel writes:
+    `mutates` as FlashInfer declares it, the kernel's launcher and its parameters, the op
+    parameters the kernel writes, and what fi-patch makes of it: `right` (the op declares what
+    is written), `corrected` (the op declares `writes` instead) or `left-out` (`reason`)."""
+
+    op: str
+    versions: SpecifierSet
+    """The releases whose declaration and launcher these are."""
+    mutates: tuple[str, ...]
+    launcher: str
+    """`csrc/FILE NAME`: the file in the release's csrc and the launcher's name."""
+    parameters: tuple[str, ...]
+    """The launcher's first parameters, through the last one it writes."""
+    writes: tuple[str, ...]
+    verdict: str
+    why: str
+    """What the kernel was read to write."""
+    reason: str = ""
+
+    VERDICTS = ("right", "corrected", "left-out")
+
+    @property
+    def placed(self) -> tuple[str, ...] | str:
+        """What the op is made with: the mutated parameters, or why there is no op."""
+        if self.verdict == "left-out":
+            return self.reason
+        return self.writes
 
 
 @dataclass(frozen=True)

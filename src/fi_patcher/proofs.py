@@ -242,7 +242,8 @@ def judge_proof(answer: dict[str, Any], process: dict[str, Any]) -> ProofReport:
     if problems:
         return ProofReport(patch, mode, False, "fails: " + "; ".join(problems), tuple(problems))
     summary = str(answer.get("summary") or "")
-    return ProofReport(patch, mode, True, f"passes ({summary})" if summary else "passes")
+    notes = tuple(str(n) for n in answer.get("notes", []))
+    return ProofReport(patch, mode, True, f"passes ({summary})" if summary else "passes", notes)
 
 
 def diagnose_packaging(facts: dict[str, Any]) -> str | None:

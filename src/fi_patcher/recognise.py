@@ -76,7 +76,7 @@ def recognise_in(
     tree: ast.Module, text: str, patch: Patch, shapes: Sequence[Shape], *, structural: bool
 ) -> Match | Unrecognised:
     """`recognise` on a module already parsed: a file with several patches is parsed once."""
-    located = locate(tree, text, patch.function)
+    located = locate(tree, text, patch.function, patch.scope)
     if isinstance(located, Unrecognised):
         return located
     node, found = located
@@ -98,14 +98,18 @@ def recognise_in(
 
 
 def locate(
-    tree: ast.Module, text: str, function: str
+    tree: ast.Module, text: str, function: str, scope: str = ""
 ) -> tuple[ast.FunctionDef, FunctionSpan] | Unrecognised:
-    """The one top-level `function`, and its lines from the first decorator to the last line."""
-    nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
+    """The one `function` in `scope` (top level, or `else`: the else branch of a top-level
+    `if`), and its lines from the first decorator to the last line."""
+    nodes = definitions(tree, function, scope)
+    where = "top level" if not scope else f"the {scope} branch of a top-level if"
     if not nodes:
-        return Unrecognised(f"no top-level function {function}")
+        if not scope:
+            return Unrecognised(f"no top-level function {function}")
+        return Unrecognised(f"no function {function} in {where}")
     if len(nodes) > 1:
-        return Unrecognised(f"{function} is defined {len(nodes)} times at top level")
+        return Unrecognised(f"{function} is defined {len(nodes)} times in {where}")
     node = nodes[0]
     start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
     end = node.end_lineno or node.lineno
@@ -113,6 +117,36 @@ def locate(
     lines = text.replace("\r\n", "\n").split("\n")
     span_text = "".join(line + "\n" for line in lines[start - 1 : end])
     return node, FunctionSpan(start, end, span_text)
+
+
+def definitions(tree: ast.Module, function: str, scope: str = "") -> list[ast.FunctionDef]:
+    """Every definition of `function` in `scope`: top level (""), or the `else` branches of
+    top-level `if` statements (flashinfer/utils.py defines register_custom_op once for an old
+    torch and once, in the else branch, for torch >= 2.4)."""
+    return [
+        n for n in siblings_in(tree, scope) if isinstance(n, ast.FunctionDef) and n.name == function
+    ]
+
+
+def siblings_in(tree: ast.Module, scope: str) -> list[ast.stmt]:
+    """The statements of `scope`: the module's, or those of its top-level `else` branches."""
+    if not scope:
+        return list(tree.body)
+    if scope != "else":
+        raise ValueError(f"unknown scope {scope!r}")
+    return [s for n in tree.body if isinstance(n, ast.If) for s in n.orelse]
+
+
+def following(tree: ast.Module, node: ast.stmt) -> list[ast.stmt]:
+    """The statements after `node` in the block that holds it."""
+    for block in _blocks(tree):
+        if node in block:
+            return block[block.index(node) + 1 :]
+    return []
+
+
+def _blocks(tree: ast.Module) -> list[list[ast.stmt]]:
+    return [tree.body, *(n.orelse for n in tree.body if isinstance(n, ast.If))]
 
 
 def structure_sha256(node: ast.FunctionDef) -> str:
@@ -131,9 +165,9 @@ def structure_sha256(node: ast.FunctionDef) -> str:
     return sha256_text(ast.unparse(bare))
 
 
-def defines(tree: ast.Module, function: str) -> bool:
-    """Whether the module defines `function` at top level."""
-    return any(isinstance(n, ast.FunctionDef) and n.name == function for n in tree.body)
+def defines(tree: ast.Module, function: str, scope: str = "") -> bool:
+    """Whether the module defines `function` in `scope` (top level by default)."""
+    return bool(definitions(tree, function, scope))
 
 
 def render_diff(before: str, after: str, path: str) -> str:

@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 from fi_patcher.errors import UsageError
 from fi_patcher.model import (
     Case,
+    Declaration,
     Exemption,
     Fit,
     InsertFirst,
@@ -70,7 +71,8 @@ def choose(ids: Sequence[str] | None) -> PatchSet:
 def parse_patch(name: str, text: str) -> Patch:
     try:
         data = tomllib.loads(text)
-        operation = _parse_operation(data["operation"])
+        declarations = tuple(_parse_declaration(d) for d in data.get("declarations", ()))
+        operation = _parse_operation(data["operation"], declarations)
         shapes = tuple(_parse_shape(shape) for shape in data["shapes"])
         patch = Patch(
             id=data["id"],
@@ -88,6 +90,8 @@ def parse_patch(name: str, text: str) -> Patch:
                 Case(c["version"], c["verdict"], c.get("shape"), c["why"])
                 for c in data.get("cases", ())
             ),
+            scope=data.get("scope", ""),
+            declarations=declarations,
         )
     except (tomllib.TOMLDecodeError, KeyError, TypeError, InvalidSpecifier) as exc:
         raise RegistryError(f"patch file {name}: {exc!r}") from exc
@@ -95,16 +99,54 @@ def parse_patch(name: str, text: str) -> Patch:
     return patch
 
 
-def _parse_operation(data: dict[str, Any]) -> Operation:
+def _parse_operation(data: dict[str, Any], declarations: Sequence[Declaration]) -> Operation:
     kind = data["kind"]
     if kind == InsertFirst.kind:
         texts = {key: _statements(value) for key, value in data["texts"].items()}
         definitions = {key: _statements(v) for key, v in data.get("definitions", {}).items()}
+        for key, name in data.get("definitions_from", {}).items():
+            definitions[key] = placed(name, declarations)
         also = {key: tuple(v) for key, v in data.get("also_requires", {}).items()}
         return InsertFirst(texts, tuple(data["requires_names"]), definitions, also)
     if kind == KeywordArguments.kind:
         return KeywordArguments(data["call"], int(data["positional"]))
     raise KeyError(f"operation kind {kind!r}")
+
+
+def _parse_declaration(data: dict[str, Any]) -> Declaration:
+    return Declaration(
+        op=data["op"],
+        versions=SpecifierSet(data["versions"]),
+        mutates=tuple(data["mutates"]),
+        launcher=data["launcher"],
+        parameters=tuple(data["parameters"]),
+        writes=tuple(data["writes"]),
+        verdict=data["verdict"],
+        why=data["why"],
+        reason=data.get("reason", ""),
+    )
+
+
+# The line of a placed file that fi-patch fills with the patch's [[declarations]].
+CHECKED_LINE = "_fi_patch_checked = {}  # rendered by fi-patch from the patch's [[declarations]]"
+
+
+def placed(name: str, declarations: Sequence[Declaration]) -> str:
+    """The statements of `fi_patcher/placed/NAME` (the comments above the first one stay
+    behind), with its checked declarations rendered from `declarations`."""
+    text = resources.files("fi_patcher.placed").joinpath(name).read_text(encoding="utf-8")
+    if CHECKED_LINE not in text:
+        raise KeyError(f"placed file {name} has no line {CHECKED_LINE!r}")
+    checked: dict[str, dict[tuple[str, ...], tuple[str, ...] | str]] = {}
+    for declaration in declarations:
+        by = checked.setdefault(declaration.op, {})
+        if by.setdefault(declaration.mutates, declaration.placed) != declaration.placed:
+            raise KeyError(f"{declaration.op}: two rows declare {declaration.mutates} differently")
+    rows = "".join(f"    {op!r}: {by!r},\n" for op, by in sorted(checked.items()))
+    text = text.replace(CHECKED_LINE, "_fi_patch_checked = {\n" + rows + "}")
+    lines = text.splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#"))
+    return _statements("".join(lines[first:]))
 
 
 def _parse_exemption(data: dict[str, Any]) -> Exemption:
@@ -163,6 +205,25 @@ def _validate(name: str, patch: Patch) -> None:
                 f"not_applicable {span(exemption.versions)} must say one of absent, defines or "
                 "function_sha256: how the file itself tells it"
             )
+    problems += [
+        f"declaration {d.op}: verdict {d.verdict!r} is not one of {', '.join(d.VERDICTS)}"
+        for d in patch.declarations
+        if d.verdict not in d.VERDICTS
+    ]
+    problems += [
+        f"declaration {d.op}: a left-out declaration says why"
+        for d in patch.declarations
+        if d.verdict == "left-out" and not d.reason
+    ]
+    problems += [
+        f"declaration {d.op}: declared {d.mutates}, writes {d.writes}: the verdict is "
+        f"{'right' if set(d.mutates) == set(d.writes) else 'corrected'}"
+        for d in patch.declarations
+        if d.verdict in ("right", "corrected")
+        and (d.verdict == "right") != (set(d.mutates) == set(d.writes))
+    ]
+    if patch.scope not in ("", "else"):
+        problems.append(f"scope {patch.scope!r} is not top level ('') or 'else'")
     names = {s.name for s in patch.shapes}
     for case in patch.cases:
         if case.verdict not in {v.value for v in Verdict}:

@@ -100,7 +100,8 @@ def check(out: Console, checked: Checked, verbosity: Verbosity) -> None:
         report = reports.get(state.patch.id)
         if report is not None:
             label = f"{state.patch.id} proof ({report.mode} the patch)"
-            proof(out, label, report, details=report.mode == "after" or verbosity.verbose)
+            shown = report.mode == "after" or verbosity.verbose
+            proof(out, label, report, details=shown, notes=verbosity.verbose)
     _refusal(out, checked, verbosity)
 
 
@@ -142,14 +143,17 @@ def _refusal(out: Console, checked: Checked, verbosity: Verbosity) -> None:
         err.print(Text("fix: ", style="bold yellow") + Text(refused.remedy))
 
 
-def proof(out: Console, label: str, report: ProofReport, *, details: bool = True) -> None:
+def proof(
+    out: Console, label: str, report: ProofReport, *, details: bool = True, notes: bool = False
+) -> None:
     """One proof, on one line; a failure's own error text under it when `details` (a proof
-    expected to fail, before the patch, shows it only with -v)."""
+    expected to fail, before the patch, shows it only with -v), and a green proof's notes (the
+    declarations left as they are, say) when `notes` (-v)."""
     style = "green" if report.passed else "bold red"
     if report.mode == "before" and not report.passed:
         style = "yellow"
     out.print(Text(f"{label}: {report.summary}", style=style))
-    if not report.passed and details:
+    if (not report.passed and details) or (report.passed and notes):
         for line in report.details:
             out.print(Text("  " + line, style="dim"))
 
@@ -171,7 +175,8 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
             if patch.before is not None:
                 out.print(f"{patch.state.patch.id} before: {patch.before.summary}")
             if patch.after is not None:
-                proof(out, f"{patch.state.patch.id} after", patch.after)
+                label = f"{patch.state.patch.id} after"
+                proof(out, label, patch.after, notes=verbosity.verbose)
     if any(p.action == "would-apply" for p in result.patches):
         out.print(Text("dry run: this diff would be applied; nothing was changed", style="yellow"))
     said: set[str] = set()

@@ -16,7 +16,7 @@ from tests.conftest import MakeVenv
 from tests.faults.support import sha256
 from tests.support.cli import fi_patch, patch_result, state_of
 from tests.support.expected import expected
-from tests.support.releases import FP4_OLD, RELEASES, TARGET, released_text
+from tests.support.releases import FP4_OLD, RELEASES, TARGET, UTILS, released_text
 from tests.support.venvs import target_file
 
 VERSION = "0.5.0"
@@ -41,10 +41,10 @@ def test_eight_concurrent_applies_write_once(runner: CliRunner, venv_with: MakeV
     assert target_file(venv).read_bytes() == expected(VERSION).encode()
     compile(target_file(venv).read_bytes(), str(target_file(venv)), "exec")
     assert state_of(runner, venv) == ("patched", ExitCode.OK)
-    # One backup per file written, each FlashInfer's original: cpp_ext.py and, for
-    # fp4-quantize-op-boundary, fp4_quantization.py.
+    # One backup per file written, each FlashInfer's original: cpp_ext.py, fp4_quantization.py
+    # for fp4-quantize-op-boundary, and utils.py for the declared-ops patches.
     backups = sorted(b.read_bytes() for b in (venv / ".fi-patch" / "backups").iterdir())
-    originals = [released_text(RELEASES[VERSION], f) for f in (TARGET, FP4_OLD)]
+    originals = [released_text(RELEASES[VERSION], f) for f in (TARGET, FP4_OLD, UTILS)]
     assert backups == sorted(originals)
 
 

@@ -24,8 +24,10 @@ from tests.support.expected import expected
 from tests.support.releases import FP4, FP4_OLD, OP_BOUNDARY, RELEASES, TARGET, released_text
 from tests.support.venvs import fp4_file, site_packages, target_file
 
-# A release where one patch applies, to one file: fp4-quantize-op-boundary in 0.2.13.
+# One patch, one file: fp4-quantize-op-boundary in 0.2.13, named with --patch (the declared-ops
+# patches write flashinfer/utils.py in every release).
 VERSION = "0.2.13"
+ONE = ("--patch", OP_BOUNDARY)
 ORIGINAL = hashlib.sha256(released_text(RELEASES[VERSION], FP4_OLD)).hexdigest()
 PATCHED = hashlib.sha256(expected(VERSION, FP4_OLD).encode()).hexdigest()
 
@@ -55,55 +57,55 @@ REVERT_STEPS = {
 @pytest.mark.parametrize("step", APPLY_STEPS)
 def test_apply_killed(runner: CliRunner, venv_with: MakeVenv, step: str) -> None:
     venv = venv_with(VERSION)
-    child = killed(step, "apply", "--venv", venv, "--no-verify")
+    child = killed(step, "apply", "--venv", venv, *ONE, "--no-verify")
     assert child.returncode == -signal.SIGKILL, child.stderr
     left, state, code = APPLY_STEPS[step]
     assert sha256(one_file(venv)) == left
-    assert state_of(runner, venv, OP_BOUNDARY) == (state, code)
+    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == (state, code)
     if step == "after-temp-write":
         assert stale_temporaries(venv), "the kill should leave the temporary file behind"
 
-    finished = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
+    finished = fi_patch(runner, "apply", "--venv", venv, *ONE, "--no-verify", "--json")
     assert finished.code == ExitCode.OK
     assert sha256(one_file(venv)) == PATCHED
     assert stale_temporaries(venv) == []
-    assert state_of(runner, venv, OP_BOUNDARY) == ("patched", ExitCode.OK)
+    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == ("patched", ExitCode.OK)
     (record,) = records(venv)
     assert record["pending"] is None
     assert [p["id"] for p in record["patches"]] == [OP_BOUNDARY]
-    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert fi_patch(runner, "revert", "--venv", venv, *ONE).code == ExitCode.OK
     assert sha256(one_file(venv)) == ORIGINAL
 
 
 @pytest.mark.parametrize("step", REVERT_STEPS)
 def test_revert_killed(runner: CliRunner, venv_with: MakeVenv, step: str) -> None:
     venv = venv_with(VERSION)
-    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
-    child = killed(step, "revert", "--venv", venv)
+    assert fi_patch(runner, "apply", "--venv", venv, *ONE, "--no-verify").code == ExitCode.OK
+    child = killed(step, "revert", "--venv", venv, *ONE)
     assert child.returncode == -signal.SIGKILL, child.stderr
     left, state, code = REVERT_STEPS[step]
     assert sha256(one_file(venv)) == left
-    assert state_of(runner, venv, OP_BOUNDARY) == (state, code)
+    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == (state, code)
 
-    finished = fi_patch(runner, "revert", "--venv", venv)
+    finished = fi_patch(runner, "revert", "--venv", venv, *ONE)
     assert finished.code == ExitCode.OK, finished.text
     assert sha256(one_file(venv)) == ORIGINAL
     assert stale_temporaries(venv) == []
     assert records(venv) == []
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []
-    assert state_of(runner, venv, OP_BOUNDARY) == ("pristine", ExitCode.NEEDS_APPLY)
+    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == ("pristine", ExitCode.NEEDS_APPLY)
 
 
 def test_interrupted_revert_can_be_finished_by_apply(
     runner: CliRunner, venv_with: MakeVenv
 ) -> None:
     venv = venv_with(VERSION)
-    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
-    assert killed("after-manifest-1", "revert", "--venv", venv).returncode == -signal.SIGKILL
-    run = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
+    assert fi_patch(runner, "apply", "--venv", venv, *ONE, "--no-verify").code == ExitCode.OK
+    assert killed("after-manifest-1", "revert", "--venv", venv, *ONE).returncode == -signal.SIGKILL
+    run = fi_patch(runner, "apply", "--venv", venv, *ONE, "--no-verify", "--json")
     assert run.code == ExitCode.OK
     assert patch_result(run.json, OP_BOUNDARY)["action"] == "finished"
-    assert state_of(runner, venv, OP_BOUNDARY) == ("patched", ExitCode.OK)
+    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == ("patched", ExitCode.OK)
 
 
 def test_interrupted_apply_whose_bytes_fail_their_proof_is_undone(
@@ -112,10 +114,10 @@ def test_interrupted_apply_whose_bytes_fail_their_proof_is_undone(
     """Bytes a killed apply wrote were never proven: the next apply proves them, and when the
     proof fails (here torch no longer imports) it puts FlashInfer's original back."""
     venv = venv_with(VERSION)
-    assert killed("after-replace", "apply", "--venv", venv).returncode == -signal.SIGKILL
+    assert killed("after-replace", "apply", "--venv", venv, *ONE).returncode == -signal.SIGKILL
     assert sha256(one_file(venv)) == PATCHED
     use(venv, fake_torch(tmp_path / "broken", "raise ImportError('torch is broken')\n"))
-    run = fi_patch(runner, "apply", "--venv", venv, "--json")
+    run = fi_patch(runner, "apply", "--venv", venv, *ONE, "--json")
     assert run.code == ExitCode.VERIFY_FAILED, run.stdout
     assert patch_result(run.json, OP_BOUNDARY)["action"] == "rolled-back"
     (result,) = run.json["results"]
@@ -130,11 +132,11 @@ def test_interrupted_apply_whose_bytes_fail_their_proof_is_undone(
 
 def test_check_names_the_interrupted_command(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with(VERSION)
-    assert killed("after-replace", "apply", "--venv", venv, "--no-verify").returncode < 0
-    run = fi_patch(runner, "check", "--venv", venv)
+    assert killed("after-replace", "apply", "--venv", venv, *ONE, "--no-verify").returncode < 0
+    run = fi_patch(runner, "check", "--venv", venv, *ONE)
     assert run.code == ExitCode.NEEDS_APPLY
     assert "its apply was interrupted before it finished; `fi-patch apply` finishes it" in run.text
-    finished = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
+    finished = fi_patch(runner, "apply", "--venv", venv, *ONE, "--no-verify")
     assert finished.code == ExitCode.OK
     assert "finished the interrupted apply" in finished.text
 
@@ -205,13 +207,13 @@ def test_fsync_failure_after_the_replace_puts_the_old_bytes_back(
     """The folder's sync fails once (EIO) after the new file is in place: the old bytes go
     back, the record and the backup with them, and the command says what failed."""
     venv = venv_with(VERSION)
-    child = faulty("fsync-once", "apply", "--venv", venv, "--no-verify")
+    child = faulty("fsync-once", "apply", "--venv", venv, *ONE, "--no-verify")
     assert child.returncode == ExitCode.WRITE, child.stderr
     assert f"cannot write {one_file(venv)}: Input/output error" in " ".join(child.stderr.split())
     assert sha256(one_file(venv)) == ORIGINAL
     assert records(venv) == []
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []
-    assert state_of(runner, venv, OP_BOUNDARY) == ("pristine", ExitCode.NEEDS_APPLY)
+    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == ("pristine", ExitCode.NEEDS_APPLY)
 
 
 def test_fsync_failure_that_cannot_be_undone_keeps_the_backup(
@@ -220,7 +222,7 @@ def test_fsync_failure_that_cannot_be_undone_keeps_the_backup(
     """The sync fails, then the disk is full when the old bytes should go back: the file keeps
     fi-patch's bytes, so its backup and journal entry must stay, and the next command uses them."""
     venv = venv_with(VERSION)
-    child = faulty("fsync-then-full", "apply", "--venv", venv, "--no-verify")
+    child = faulty("fsync-then-full", "apply", "--venv", venv, *ONE, "--no-verify")
     assert child.returncode == ExitCode.WRITE, child.stderr
     said = " ".join(child.stderr.split())
     assert "holds fi-patch's new bytes, and putting the old ones back failed too" in said
@@ -230,9 +232,9 @@ def test_fsync_failure_that_cannot_be_undone_keeps_the_backup(
     assert backup.read_bytes() == released_text(RELEASES[VERSION], FP4_OLD)
     (record,) = records(venv)
     assert record["pending"]["action"] == "apply"
-    assert state_of(runner, venv, OP_BOUNDARY) == ("patched", ExitCode.NEEDS_APPLY)
+    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == ("patched", ExitCode.NEEDS_APPLY)
 
-    reverted = fi_patch(runner, "revert", "--venv", venv)
+    reverted = fi_patch(runner, "revert", "--venv", venv, *ONE)
     assert reverted.code == ExitCode.OK, reverted.text
     assert sha256(one_file(venv)) == ORIGINAL
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []

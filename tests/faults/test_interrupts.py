@@ -20,7 +20,7 @@ from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.faults.support import records, signalled, started
 from tests.support.cli import states_of
-from tests.support.releases import CUDA, FP4, RELEASES, TARGET, released_text
+from tests.support.releases import CUDA, FP4, RELEASES, TARGET, UTILS, released_text
 from tests.support.venvs import fp4_file, target_file
 
 RELEASE = "0.7.0"
@@ -78,6 +78,7 @@ def test_a_signal_while_proving_puts_every_file_back_and_says_so(
     assert {f["relpath"]: f["action"] for f in result["files"]} == {
         TARGET: "rolled-back",
         FP4: "rolled-back",
+        UTILS: "rolled-back",
     }
     assert {p["action"] for p in result["patches"]} <= {"rolled-back", "not-applicable"}
     assert _untouched(venv)

@@ -22,12 +22,15 @@ from tests.support.deps import CPU_TORCH, shared, use
 from tests.support.expected import expected
 from tests.support.releases import (
     CUDA,
+    DECLARED,
+    DECLARED_FAKE,
     FORWARDING,
     FP4,
     OP_BOUNDARY,
     RELEASES,
     TARGET,
     UNDER_COMPILE,
+    UTILS,
     released_text,
 )
 from tests.support.venvs import fp4_file, replace_bytes, target_file
@@ -79,12 +82,15 @@ def test_a_revert_whose_second_file_cannot_be_written_puts_the_first_back(
     assert run.code == ExitCode.WRITE, run.stdout
     (result,) = run.json["results"]
     assert result["status"] == "error"
+    # Files are written in path order: utils.py, after fp4_quantization.py, was never reached.
     assert {f["relpath"]: f["action"] for f in result["files"]} == {
         TARGET: "rolled-back",
         FP4: "rolled-back",
     }
     assert {p["patch"]: p["action"] for p in result["patches"]} == {
         CUDA: "rolled-back",
+        DECLARED: "rolled-back",
+        DECLARED_FAKE: "rolled-back",
         FORWARDING: "rolled-back",
         OP_BOUNDARY: "nothing-to-revert",
         UNDER_COMPILE: "rolled-back",
@@ -153,7 +159,8 @@ def test_an_undo_that_fails_on_one_file_puts_back_the_others(
     (result,) = json.loads(child.stdout)["results"]
     assert result["status"] == "partial"
     files = {f["relpath"]: f["action"] for f in result["files"]}
-    assert files == {TARGET: "rolled-back", FP4: "stranded"}
+    # Files are written in path order: utils.py, after fp4_quantization.py, is put back too.
+    assert files == {TARGET: "rolled-back", FP4: "stranded", UTILS: "rolled-back"}
     error = result["error"]
     assert "the proofs did not finish within 1 s" in error["message"]
     assert f"{fp4_file(venv)} holds fi-patch's new bytes" in error["message"]

@@ -26,7 +26,15 @@ from tests.faults.support import buggy, expect, fill, mounted, sha256, stale_tem
 from tests.support.cli import Run, fi_patch, patch_result, state_of
 from tests.support.deps import CPU_TORCH, shared, use
 from tests.support.expected import expected
-from tests.support.releases import FP4, RELEASES, TARGET, UNDER_COMPILE, fetch, released_text
+from tests.support.releases import (
+    FP4,
+    RELEASES,
+    TARGET,
+    UNDER_COMPILE,
+    UTILS,
+    fetch,
+    released_text,
+)
 from tests.support.venvs import (
     create_venv,
     fp4_file,
@@ -276,13 +284,14 @@ def test_a_future_release_whose_record_lacks_the_file(
 
 def test_future_release_without_any_patched_file(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.7.4")
-    _release_as(venv, "0.8.0", TARGET, FP4)
+    _release_as(venv, "0.8.0", TARGET, FP4, UTILS)
     for command in ("check", "apply"):
         expect(
             fi_patch(runner, command, "--venv", venv),
             ExitCode.UNSUPPORTED,
             "flashinfer-python 0.8.0 is outside every known range, and has none of the files",
-            "flashinfer/jit/cpp_ext.py, flashinfer/quantization/fp4_quantization.py",
+            "flashinfer/jit/cpp_ext.py, flashinfer/quantization/fp4_quantization.py, "
+            "flashinfer/utils.py",
             "install a release inside the known ranges",
         )
     assert not (venv / ".fi-patch").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,17 +37,24 @@ def fi_patch(runner: CliRunner, *arguments: str | Path) -> Run:
     return Run(result.exit_code, result.stdout, result.stderr)
 
 
-def states_of(runner: CliRunner, venv: Path) -> tuple[dict[str, str], int]:
-    """Every patch's state in `venv`, and `check`'s exit code."""
-    run = fi_patch(runner, "check", "--venv", venv, "--json")
+def states_of(
+    runner: CliRunner, venv: Path, only: Sequence[str] = ()
+) -> tuple[dict[str, str], int]:
+    """Every patch's state in `venv` (or those `only` names, as `--patch` does), and `check`'s
+    exit code."""
+    named = [x for patch in only for x in ("--patch", patch)]
+    run = fi_patch(runner, "check", "--venv", venv, "--json", *named)
     (result,) = run.json["results"]
     assert result["exit_code"] == run.code == run.json["exit_code"]
     return {p["patch"]: p["state"] for p in result["patches"]}, run.code
 
 
-def state_of(runner: CliRunner, venv: Path, patch: str = CUDA) -> tuple[str, int]:
-    """One patch's state (get_cuda_version's by default), and `check`'s exit code."""
-    states, code = states_of(runner, venv)
+def state_of(
+    runner: CliRunner, venv: Path, patch: str = CUDA, only: Sequence[str] = ()
+) -> tuple[str, int]:
+    """One patch's state (get_cuda_version's by default), and `check`'s exit code (of the
+    patches `only` names, where it names some)."""
+    states, code = states_of(runner, venv, only)
     return states[patch], code
 
 

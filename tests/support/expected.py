@@ -82,7 +82,7 @@ def _edit(version: str, relpath: str, patch: str) -> _Edit:
     """(0-based line, lines replaced, new lines) for one patch, by the kind of its operation."""
     text = original(version, relpath)
     lines = text.splitlines(keepends=True)
-    node = _function(text, PATCHES[patch].function)
+    node = _function(text, PATCHES[patch].function, PATCHES[patch].scope)
     operation = PATCHES[patch].operation
     if isinstance(operation, KeywordArguments):
         return _keywords(lines, node, patch, operation)
@@ -104,8 +104,13 @@ def _insert_first(
         return at, 0, own
     assert node.end_lineno is not None
     body = lines[at : node.end_lineno]
-    # The function is at module level, and so are its definitions: no indent.
-    after = ["\n", "\n", marker(patch, ""), *operation.definitions[key].splitlines(True)]
+    # The definitions are where the function is: at module level, or indented in a branch.
+    outer = " " * node.col_offset
+    placed = [
+        outer + line if line.strip() else line
+        for line in operation.definitions[key].splitlines(True)
+    ]
+    after = ["\n", "\n", marker(patch, outer), *placed]
     return at, len(body), [*own, *body, *after]
 
 
@@ -162,6 +167,11 @@ def _indent(lines: list[str], statement: ast.stmt) -> str:
     return lines[statement.lineno - 1][: statement.col_offset]
 
 
-def _function(text: str, name: str) -> ast.FunctionDef:
-    (node,) = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name == name]
+def _function(text: str, name: str, scope: str = "") -> ast.FunctionDef:
+    """The one `name` at top level, or in the else branch of a top-level `if` (`scope`)."""
+    tree = ast.parse(text)
+    block = tree.body
+    if scope == "else":
+        block = [s for n in tree.body if isinstance(n, ast.If) for s in n.orelse]
+    (node,) = [n for n in block if isinstance(n, ast.FunctionDef) and n.name == name]
     return node

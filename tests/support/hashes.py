@@ -9,13 +9,14 @@ import ast
 from fi_patcher.recognise import Unrecognised, locate, sha256_text, structure_sha256
 
 
-def function_hashes(text: str, function: str) -> tuple[str, str] | None:
-    """(raw, structural) sha256 of the one top-level `function` in `text`, if there is one."""
+def function_hashes(text: str, function: str, scope: str = "") -> tuple[str, str] | None:
+    """(raw, structural) sha256 of the one `function` in `text` (top level, or in the else
+    branch of a top-level if: `scope`), if there is one."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
         return None
-    located = locate(tree, text, function)
+    located = locate(tree, text, function, scope)
     if isinstance(located, Unrecognised):
         return None
     node, found = located

@@ -14,7 +14,7 @@ import tarfile
 import urllib.request
 import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,11 @@ CUDA = "cuda-version-torch-first"
 FORWARDING = "fp4-op-keyword-forwarding"
 UNDER_COMPILE = "fp4-quantize-under-compile"
 OP_BOUNDARY = "fp4-quantize-op-boundary"
+DECLARED = "declared-ops-custom"
+DECLARED_FAKE = "declared-ops-fake"
+UTILS = "flashinfer/utils.py"
+"""Where register_custom_op and register_fake_op live, the same text in every release."""
+DECLARED_SHAPES = {DECLARED: "no-op", DECLARED_FAKE: "no-op"}
 
 
 @dataclass(frozen=True)
@@ -54,8 +59,42 @@ class Release:
         return f"{stem}-py3-none-any.whl" if self.kind == "wheel" else f"{stem}.tar.gz"
 
 
+# sha256[:12] of each release's flashinfer/utils.py, taken from the archives the index verified.
+UTILS_SHA256 = {
+    "0.2.5": "3bad383ba7d6",
+    "0.2.8": "8645a6fef87d",
+    "0.2.9": "21c863055bd3",
+    "0.2.11.post2": "9aa13f54d22a",
+    "0.2.13": "66986a7c33eb",
+    "0.2.14": "66986a7c33eb",
+    "0.2.14.post1": "66986a7c33eb",
+    "0.3.1.post1": "61f760d100a8",
+    "0.4.0": "db7403f4d528",
+    "0.5.0": "e6819088d770",
+    "0.6.0": "2daecf16999e",
+    "0.6.7": "195cbffa0b7d",
+    "0.6.8": "662d8f81991a",
+    "0.6.10": "247ea63db390",
+    "0.6.11.post3": "905e889e1940",
+    "0.6.12": "4327428b53c0",
+    "0.6.18.post1": "6cb8ebcc25eb",
+    "0.7.0": "23c676230039",
+    "0.7.1": "7f7da22cf3b3",
+    "0.7.4": "84a5963f7a2f",
+    "0.6.0rc1": "2a566482b8cf",
+    "0.7.2rc6": "abc97f7494ce",
+}
+
+
+def _declaring(r: Release) -> Release:
+    """Every release on the index declares its ops with the same no-op register_custom_op and
+    register_fake_op: both declared-ops patches apply to each."""
+    prefixes = {**r.sha256_prefixes, UTILS: UTILS_SHA256[r.version]}
+    return replace(r, shapes={**r.shapes, **DECLARED_SHAPES}, sha256_prefixes=prefixes)
+
+
 RELEASES = {
-    r.version: r
+    r.version: _declaring(r)
     for r in (
         # The last release with nothing to patch: no cpp_ext.py, no fp4_quantize.
         Release("0.2.5", "sdist"),
@@ -292,3 +331,26 @@ def released_files(release: Release) -> dict[str, bytes]:
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+@cache
+def released_csrc(release: Release) -> dict[str, str]:
+    """The release's kernel sources by file name: `flashinfer/data/csrc/` in a wheel, the
+    top-level `csrc/` in an sdist."""
+    archive = fetch(release)
+    sources: dict[str, str] = {}
+    if release.kind == "wheel":
+        with zipfile.ZipFile(archive) as wheel:
+            for name in wheel.namelist():
+                if name.startswith("flashinfer/data/csrc/") and name.count("/") == 3:
+                    sources[name.rsplit("/", 1)[1]] = wheel.read(name).decode()
+        return sources
+    with tarfile.open(archive) as sdist:
+        folder = f"flashinfer_python-{release.version}/csrc/"
+        for member in sdist.getmembers():
+            rest = member.name.removeprefix(folder)
+            if member.isfile() and member.name.startswith(folder) and "/" not in rest:
+                handle = sdist.extractfile(member)
+                assert handle is not None
+                sources[rest] = handle.read().decode()
+    return sources

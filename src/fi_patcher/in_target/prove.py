@@ -8,7 +8,8 @@
 # once. Each proof's source defines `prove(ctx)`; it imports what it needs from the target, and
 # reports through `ctx`: `ctx.stage(text)` names the step under way (an exception is reported at
 # it), `ctx.problem(text)` makes the proof red, `ctx.passes(text)` says what green showed,
-# `ctx.fact(key, value)` keeps a fact. `ctx.processes()` counts the processes started inside a
+# `ctx.note(text)` adds a line to a green report's details, `ctx.fact(key, value)` keeps a fact.
+# `ctx.processes()` counts the processes started inside a
 # `with` block, `ctx.compiled(fn)` is `torch.compile(fn, fullgraph=True, backend="eager")`, and
 # `ctx.graph_calls(fn, *args)` traces fn with fullgraph and a backend that records the graph and
 # never runs it, returning the targets of its calls.
@@ -51,6 +52,7 @@ class Context:
             "stage": "start",
             "problems": [],
             "summary": "",
+            "notes": [],
             "facts": {},
         }
 
@@ -62,6 +64,9 @@ class Context:
 
     def passes(self, text):
         self.answer["summary"] = text
+
+    def note(self, text):
+        self.answer["notes"].append(text)
 
     def fact(self, key, value):
         self.answer["facts"][key] = value

@@ -1,0 +1,244 @@
+"""FlashInfer's declared ops inside a compiled graph, on a real GPU: what the CPU proofs cannot run.
+
+Run it with the target environment's own python, after `fi-patch apply` there:
+
+    fi-patch apply --venv /root/ml-env
+    /root/ml-env/bin/python scripts/gpu/declared_ops.py --out declared-gpu.json
+
+(`make gpu-check TARGET=/root/ml-env` runs it after scripts/gpu/fp4_compiled.py.) For each entry
+point that declared-ops-custom and declared-ops-fake make an op (norms, rope in place, the
+cascade merges, the paged-KV append, packbits) it compares `torch.compile(fullgraph=True)` (the
+default backend, Inductor, which trusts the ops' mutates_args) with the eager call, bit for bit,
+outputs and the tensors written in place; then captures the compiled function in a CUDA graph,
+replays it on new input, and compares again. An entry point the release does not have, or whose
+declaration fi-patch left as it is, is named and not checked. One line per case; JSON with --out.
+
+Exit status: 0 every case equal, 1 a case differs or fails, 77 no CUDA device (nothing checked;
+CI never runs this script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import traceback
+
+SKIPPED = 77
+
+
+def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
+    """(entry point, the declaration it reaches, inputs, a function of them returning what it
+    writes and returns)."""
+    f = flashinfer
+    bf16 = torch.bfloat16
+
+    def t(*shape):  # type: ignore[no-untyped-def]
+        return torch.randn(*shape, dtype=bf16, device="cuda")
+
+    def i32(*values):  # type: ignore[no-untyped-def]
+        return torch.tensor(values, dtype=torch.int32, device="cuda")
+
+    nnz, heads, kv_heads, dim = 48, 32, 8, 128
+    indptr, offsets = i32(0, 16, 48), i32(0, 100)
+    pos = torch.arange(nnz, dtype=torch.int32, device="cuda")
+    cache = torch.randn(4096, dim, dtype=torch.float32, device="cuda")
+    page, pages = 16, 8
+    batch = i32(*([0] * 16 + [1] * 32))
+    positions = i32(*range(16), *range(32))
+    kv_indices, kv_indptr, last = i32(*range(pages)), i32(0, 1, 3), i32(16, 16)
+
+    def rope(fn, *extra):  # type: ignore[no-untyped-def]
+        def run(q, k):  # type: ignore[no-untyped-def]
+            fn(q, k, *extra)
+            return q, k
+
+        return run
+
+    def norm_in_place(fn):  # type: ignore[no-untyped-def]
+        def run(x, r, w):  # type: ignore[no-untyped-def]
+            fn(x, r, w)
+            return x, r
+
+        return run
+
+    def merge_in_place(v, s, vo, so):  # type: ignore[no-untyped-def]
+        f.merge_state_in_place(v, s, vo, so)
+        return v, s
+
+    def append(k, v, paged):  # type: ignore[no-untyped-def]
+        f.append_paged_kv_cache(
+            k, v, batch, positions, paged, kv_indices, kv_indptr, last, kv_layout="NHD"
+        )
+        return (paged,)
+
+    def cos_sin(q, k):  # type: ignore[no-untyped-def]
+        f.apply_rope_with_cos_sin_cache_inplace(pos.long(), q, k, dim, cache, is_neox=True)
+        return q, k
+
+    x, w = (lambda: t(128, 4096)), (lambda: t(4096))
+    q, k = (lambda: t(nnz, heads, dim)), (lambda: t(nnz, kv_heads, dim))
+    yield "rmsnorm", "rmsnorm", (x, w), lambda x, w: (f.rmsnorm(x, w),)
+    yield "gemma_rmsnorm", "gemma_rmsnorm", (x, w), lambda x, w: (f.gemma_rmsnorm(x, w),)
+    yield (
+        "fused_add_rmsnorm",
+        "fused_add_rmsnorm",
+        (x, x, w),
+        norm_in_place(lambda *a: f.fused_add_rmsnorm(*a)),
+    )
+    yield (
+        "gemma_fused_add_rmsnorm",
+        "gemma_fused_add_rmsnorm",
+        (x, x, w),
+        norm_in_place(lambda *a: f.gemma_fused_add_rmsnorm(*a)),
+    )
+    yield (
+        "apply_rope_inplace",
+        "apply_rope",
+        (q, k),
+        rope(lambda *a: f.apply_rope_inplace(*a), indptr, offsets),
+    )
+    yield (
+        "apply_rope_pos_ids_inplace",
+        "apply_rope_pos_ids",
+        (q, k),
+        rope(lambda *a: f.apply_rope_pos_ids_inplace(*a), pos),
+    )
+    yield (
+        "apply_llama31_rope_inplace",
+        "apply_llama31_rope",
+        (q, k),
+        rope(lambda *a: f.apply_llama31_rope_inplace(*a), indptr, offsets),
+    )
+    yield (
+        "apply_llama31_rope_pos_ids_inplace",
+        "apply_llama31_rope_pos_ids",
+        (q, k),
+        rope(lambda *a: f.apply_llama31_rope_pos_ids_inplace(*a), pos),
+    )
+    yield (
+        "apply_rope_with_cos_sin_cache_inplace",
+        "apply_rope_pos_ids_cos_sin_cache",
+        (lambda: t(nnz, heads * dim), lambda: t(nnz, kv_heads * dim)),
+        cos_sin,
+    )
+    v, s = (
+        (lambda: t(64, heads, dim)),
+        (lambda: torch.randn(64, heads, dtype=torch.float32, device="cuda")),
+    )
+    yield "merge_state", "merge_state", (v, s, v, s), lambda *a: f.merge_state(*a)
+    yield "merge_state_in_place", "merge_state_in_place", (v, s, v, s), merge_in_place
+    yield (
+        "merge_states",
+        "merge_states",
+        (
+            lambda: t(64, 4, heads, dim),
+            lambda: torch.randn(64, 4, heads, dtype=torch.float32, device="cuda"),
+        ),
+        lambda *a: f.merge_states(*a),
+    )
+    yield (
+        "append_paged_kv_cache",
+        "append_paged_kv_cache",
+        (
+            lambda: t(48, kv_heads, dim),
+            lambda: t(48, kv_heads, dim),
+            lambda: torch.zeros(pages, 2, page, kv_heads, dim, dtype=bf16, device="cuda"),
+        ),
+        append,
+    )
+    yield (
+        "packbits",
+        "packbits",
+        (lambda: torch.rand(4099, device="cuda") > 0.5,),
+        lambda b: (f.packbits(b),),
+    )
+
+
+def same(torch, a, b) -> bool:  # type: ignore[no-untyped-def]
+    return len(a) == len(b) and all(
+        x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def check(torch, name, makers, fn) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    result: dict[str, object] = {"case": name}
+    try:
+        inputs = [make() for make in makers]
+        eager = [o.clone() for o in fn(*[i.clone() for i in inputs])]
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, fullgraph=True)
+        result["compiled_equals_eager"] = same(torch, compiled(*[i.clone() for i in inputs]), eager)
+        static = [i.clone() for i in inputs]
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                compiled(*[i.clone() for i in inputs])
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = compiled(*static)
+        fresh = [make() for make in makers]
+        for holder, value in zip(static, fresh, strict=True):
+            holder.copy_(value)
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = fn(*[i.clone() for i in fresh])
+        result["graph_replay_equals_eager"] = same(torch, captured, expected)
+    except Exception as exc:  # a case that fails is reported, and the others still run
+        result["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    result["passed"] = bool(
+        result.get("compiled_equals_eager") and result.get("graph_replay_equals_eager")
+    )
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="write the results as JSON to this file")
+    arguments = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"no CUDA device (torch {torch.__version__}): nothing checked")
+        return SKIPPED
+    import flashinfer
+    import flashinfer.utils
+
+    torch.manual_seed(0)
+    header = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "flashinfer": flashinfer.__version__,
+        "device": torch.cuda.get_device_name(),
+        "capability": list(torch.cuda.get_device_capability()),
+    }
+    print(json.dumps(header))
+    declared = getattr(flashinfer.utils, "_fi_patch_declared", None)
+    if declared is None:
+        print("flashinfer.utils has no _fi_patch_declared: apply declared-ops-custom first")
+        return 1
+    results, left_out = [], {}
+    for name, op, makers, fn in cases(torch, flashinfer):
+        entry = declared.get("flashinfer::" + op)
+        if not hasattr(flashinfer, name) or entry is None or not entry.ready:
+            left_out[name] = entry.reason if entry is not None else "not in this release"
+            continue
+        results.append(check(torch, name, makers, fn))
+    for name, reason in left_out.items():
+        print(f"left as it is: {name}: {reason}")
+    for result in results:
+        verdict = "ok  " if result["passed"] else "FAIL"
+        print(f"{verdict} {result['case']}: {result.get('error', '')}".rstrip(": "))
+    if arguments.out:
+        with open(arguments.out, "w") as handle:
+            json.dump({**header, "cases": results, "left_out": left_out}, handle, indent=2)
+    return 0 if results and all(r["passed"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,341 @@
+# Proof of declared-ops-custom and declared-ops-fake, run by prove.py inside the target (see its
+# contract). One script for both: the patch under proof (ctx.answer["patch"]) chooses the entry
+# points. declared-ops-custom: those whose op returns nothing (norms, rope in place, the in-place
+# merge, the paged-KV append). declared-ops-fake: those whose op returns tensors, with FlashInfer's
+# declared fake (merge_state, merge_states, packbits).
+#
+# For each named entry point the release has: the declaration it reaches is made an op
+# (flashinfer.utils._fi_patch_declared says so, or why not: then the entry point is named as left
+# as it is, with the reason); torch.compile(fullgraph=True) with a backend that records the graph
+# and never runs it holds exactly one fi_patch_declared op per call and nothing else of
+# FlashInfer's; an eager call dispatches no op and runs FlashInfer's own function (stood in by a
+# recorder: the CPU has no kernel); and, for ops that return tensors, the fake's outputs have the
+# shapes, strides and dtypes the entry point allocates when run eagerly with its module getters
+# stood in (the kernel does nothing). Unpatched, flashinfer.utils has no _fi_patch_declared and
+# every trace stops in the JIT loader.
+
+# entry point -> (FlashInfer's declaration it reaches, whether that op returns tensors)
+ENTRY_POINTS = [
+    ("rmsnorm", "flashinfer::rmsnorm", False),
+    ("fused_add_rmsnorm", "flashinfer::fused_add_rmsnorm", False),
+    ("gemma_rmsnorm", "flashinfer::gemma_rmsnorm", False),
+    ("gemma_fused_add_rmsnorm", "flashinfer::gemma_fused_add_rmsnorm", False),
+    ("rmsnorm_quant", "flashinfer::rmsnorm_quant", False),
+    ("fused_add_rmsnorm_quant", "flashinfer::fused_add_rmsnorm_quant", False),
+    ("apply_rope_inplace", "flashinfer::apply_rope", False),
+    ("apply_rope_pos_ids_inplace", "flashinfer::apply_rope_pos_ids", False),
+    ("apply_llama31_rope_inplace", "flashinfer::apply_llama31_rope", False),
+    ("apply_llama31_rope_pos_ids_inplace", "flashinfer::apply_llama31_rope_pos_ids", False),
+    (
+        "apply_rope_with_cos_sin_cache_inplace",
+        "flashinfer::apply_rope_pos_ids_cos_sin_cache",
+        False,
+    ),
+    ("merge_state_in_place", "flashinfer::merge_state_in_place", False),
+    ("append_paged_kv_cache", "flashinfer::append_paged_kv_cache", False),
+    ("merge_state", "flashinfer::merge_state", True),
+    ("merge_states", "flashinfer::merge_states", True),
+    ("packbits", "flashinfer::packbits", True),
+]
+
+
+def calls(torch):
+    """How each entry point is called: a function of tensors, and fresh arguments."""
+    import inspect
+
+    import flashinfer
+
+    bf16 = torch.bfloat16
+
+    def t(*shape):
+        return torch.randn(*shape, dtype=bf16)
+
+    def i32(*values):
+        return torch.tensor(values, dtype=torch.int32)
+
+    fp8 = getattr(torch, "float8_e4m3fn", torch.uint8)
+    indptr, offsets, pos = i32(0, 2, 6), i32(0, 3), torch.arange(6, dtype=torch.int32)
+    cache = torch.randn(16, 64, dtype=torch.float32)
+    paged = torch.zeros(3, 2, 8, 2, 64, dtype=bf16)
+    batch, positions = i32(0, 0, 0, 1, 1, 1), i32(0, 1, 2, 0, 1, 2)
+    kv_indices, kv_indptr, last = i32(0, 1, 2), i32(0, 1, 3), i32(3, 4)
+    f = flashinfer
+
+    def pdl(name):
+        # Where the entry point decides programmatic dependent launch itself, it asks the device
+        # first (0.2.8's rmsnorm, say), which a CPU cannot answer: the proof says False, as a
+        # caller may; the op boundary is the same either way.
+        accepted = inspect.signature(getattr(f, name)).parameters
+        return {"enable_pdl": False} if "enable_pdl" in accepted else {}
+
+    rope = getattr(f, "apply_rope_with_cos_sin_cache_inplace", None)
+    if rope is not None and "positions" in inspect.signature(rope).parameters:
+        cos_sin = (
+            lambda q, k: f.apply_rope_with_cos_sin_cache_inplace(pos.long(), q, k, 64, cache),
+            (t(6, 256), t(6, 128)),
+        )
+    else:  # 0.2.0.post1: (q, k, cos_cache, sin_cache, pos_ids)
+        cos_sin = (
+            lambda q, k: f.apply_rope_with_cos_sin_cache_inplace(q, k, cache, cache, pos),
+            (t(6, 4, 64), t(6, 2, 64)),
+        )
+    return {
+        "rmsnorm": (lambda x, w: f.rmsnorm(x, w, **pdl("rmsnorm")), (t(4, 64), t(64))),
+        "fused_add_rmsnorm": (
+            lambda x, r, w: f.fused_add_rmsnorm(x, r, w, **pdl("fused_add_rmsnorm")),
+            (t(4, 64), t(4, 64), t(64)),
+        ),
+        "gemma_rmsnorm": (
+            lambda x, w: f.gemma_rmsnorm(x, w, **pdl("gemma_rmsnorm")),
+            (t(4, 64), t(64)),
+        ),
+        "gemma_fused_add_rmsnorm": (
+            lambda x, r, w: f.gemma_fused_add_rmsnorm(x, r, w, **pdl("gemma_fused_add_rmsnorm")),
+            (t(4, 64), t(4, 64), t(64)),
+        ),
+        "rmsnorm_quant": (
+            lambda o, x, w: f.rmsnorm_quant(o, x, w, 1.0),
+            (torch.empty(4, 64, dtype=fp8), t(4, 64), t(64)),
+        ),
+        "fused_add_rmsnorm_quant": (
+            lambda o, x, r, w: f.fused_add_rmsnorm_quant(o, x, r, w, 1.0),
+            (torch.empty(4, 64, dtype=fp8), t(4, 64), t(4, 64), t(64)),
+        ),
+        "apply_rope_inplace": (
+            lambda q, k: f.apply_rope_inplace(q, k, indptr, offsets),
+            (t(6, 4, 64), t(6, 2, 64)),
+        ),
+        "apply_rope_pos_ids_inplace": (
+            lambda q, k: f.apply_rope_pos_ids_inplace(q, k, pos),
+            (t(6, 4, 64), t(6, 2, 64)),
+        ),
+        "apply_llama31_rope_inplace": (
+            lambda q, k: f.apply_llama31_rope_inplace(q, k, indptr, offsets),
+            (t(6, 4, 64), t(6, 2, 64)),
+        ),
+        "apply_llama31_rope_pos_ids_inplace": (
+            lambda q, k: f.apply_llama31_rope_pos_ids_inplace(q, k, pos),
+            (t(6, 4, 64), t(6, 2, 64)),
+        ),
+        "apply_rope_with_cos_sin_cache_inplace": cos_sin,
+        "merge_state_in_place": (
+            lambda v, s, vo, so: f.merge_state_in_place(v, s, vo, so),
+            (t(5, 4, 64), torch.randn(5, 4), t(5, 4, 64), torch.randn(5, 4)),
+        ),
+        "append_paged_kv_cache": (
+            lambda k, v, c: f.append_paged_kv_cache(
+                k, v, batch, positions, c, kv_indices, kv_indptr, last
+            ),
+            (t(6, 2, 64), t(6, 2, 64), paged),
+        ),
+        "merge_state": (
+            lambda va, sa, vb, sb: f.merge_state(va, sa, vb, sb),
+            (t(5, 4, 64), torch.randn(5, 4), t(5, 4, 64), torch.randn(5, 4)),
+        ),
+        "merge_states": (
+            lambda v, s: f.merge_states(v, s),
+            (t(5, 3, 4, 64), torch.randn(5, 3, 4)),
+        ),
+        "packbits": (lambda b: f.packbits(b), (torch.rand(100) > 0.5,)),
+    }
+
+
+def layout(value):
+    """Shapes, strides and dtypes of a tensor or a tuple of them."""
+    if isinstance(value, (tuple, list)):
+        return [layout(v) for v in value]
+    if value is None:
+        return None
+    return [list(value.shape), list(value.stride()), str(value.dtype)]
+
+
+class Stub(object):
+    """A module getter's result whose every kernel does nothing, and counts its calls. Older
+    releases' getters return the kernel itself (`get_module_attr("merge_state")`): it is one."""
+
+    def __init__(self, seen):
+        self.seen = seen
+
+    def __call__(self, *args, **kwargs):
+        self.seen.append("kernel")
+
+    def __getattr__(self, name):
+        def kernel(*args, **kwargs):
+            self.seen.append(name)
+
+        return kernel
+
+
+def prove(ctx):
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ctx.stage("import flashinfer")
+    import flashinfer
+    import flashinfer.utils as utils
+
+    returning = ctx.answer["patch"] == "declared-ops-fake"
+    declared = getattr(utils, "_fi_patch_declared", None)
+    if declared is None:
+        ctx.problem(
+            "flashinfer.utils has no _fi_patch_declared: register_custom_op is FlashInfer's no-op"
+        )
+        declared = {}
+    left = {name: entry.reason for name, entry in sorted(declared.items()) if not entry.ready}
+    ctx.fact("declarations left as they are", left)
+    for name, entry in sorted(declared.items()):
+        if not entry.ready:
+            ctx.note("%s left as it is: %s" % (name, entry.reason))
+        elif entry.reason:
+            ctx.note("%s made an op: %s" % (name, entry.reason))
+    ctx.fact(
+        "declarations made ops",
+        sorted(name for name, entry in declared.items() if entry.ready),
+    )
+
+    class Dispatched(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    table = calls(torch)
+    traced, kept = [], {}
+    for name, op, returns in ENTRY_POINTS:
+        if returns != returning or not hasattr(flashinfer, name):
+            continue
+        entry = declared.get(op)
+        if entry is None and declared:
+            kept[name] = "%s is not declared in this release" % op
+            continue
+        if entry is not None and not entry.ready and entry.custom is None:
+            kept[name] = "%s: %s" % (op, entry.reason)
+            continue
+        fn, arguments = table[name]
+        short = op.split("::", 1)[1]
+        ctx.stage("torch.compile(fullgraph=True) trace of flashinfer.%s" % name)
+        try:
+            with ctx.processes() as started:
+                graph, faked = _trace(torch, fn, [a.clone() for a in arguments])
+        except Exception as exc:
+            ctx.problem("%s does not trace: %s" % (name, _first_line(exc)))
+            continue
+        ours = [c for c in graph if c.startswith("fi_patch_declared.")]
+        theirs = [c for c in graph if c.startswith(("flashinfer.", "fi_patch"))]
+        wanted = ("fi_patch_declared." + short, "fi_patch_declared.%s.default" % short)
+        if len(ours) != 1 or ours[0] not in wanted or theirs != ours:
+            ctx.problem(
+                "the graph of %s holds %s, not one fi_patch_declared.%s" % (name, graph, short)
+            )
+            continue
+        if started:
+            ctx.problem("%d process(es) started while tracing %s" % (len(started), name))
+        ctx.stage("an eager call of flashinfer.%s" % name)
+        eager = _eager(fn, arguments, entry, returns, Dispatched)
+        if isinstance(eager, str):
+            ctx.problem("%s: %s" % (name, eager))
+            continue
+        if returns and faked != layout(eager):
+            ctx.problem(
+                "%s: the fake gives %s, the eager call allocates %s" % (name, faked, layout(eager))
+            )
+            continue
+        traced.append(name)
+    ctx.fact("entry points traced to one op", traced)
+    ctx.fact("entry points left as they are", kept)
+    if not traced and not ctx.answer["problems"]:
+        ctx.problem("no entry point of this release traced to an op")
+    ctx.passes(
+        "%d entry point(s) trace to one fi_patch_declared op each (%s) and run FlashInfer's own "
+        "function eagerly%s; %d left as they are%s"
+        % (
+            len(traced),
+            ", ".join(traced),
+            ", the fakes' outputs as the eager calls allocate them" if returning else "",
+            len(kept),
+            (": " + "; ".join("%s (%s)" % kv for kv in sorted(kept.items()))) if kept else "",
+        )
+    )
+
+
+def _eager(fn, arguments, entry, returns, Dispatched):
+    """Run the entry point eagerly with its module getters stood in (the kernels do nothing):
+    FlashInfer's declared function must run, and no op be dispatched. For an op that returns
+    tensors, the outputs, to compare with the fake; otherwise None. A string says what went
+    wrong."""
+    import sys
+
+    seen, entered = [], []
+    code = entry.fn.__code__
+    globals_ = entry.fn.__globals__
+    saved = {}
+    for key, value in list(globals_.items()):
+        if key.startswith("get_") and "module" in key and callable(value):
+            saved[key] = value
+            globals_[key] = lambda *a, **k: Stub(seen)
+        elif key == "get_cuda_stream":  # 0.2.0.post1 - 0.2.3 pass the stream to the kernel
+            saved[key] = value
+            globals_[key] = lambda *a, **k: 0
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            entered.append(frame.f_code.co_name)
+
+    mode = Dispatched()
+    out, failed = None, None
+    sys.setprofile(profile)
+    try:
+        with mode:
+            out = fn(*[a.clone() for a in arguments])
+    except Exception as exc:
+        failed = _first_line(exc)
+    finally:
+        sys.setprofile(None)
+        globals_.update(saved)
+    dispatched = [o for o in mode.ops if "fi_patch" in o]
+    if dispatched:
+        return "an eager call dispatched %s" % dispatched
+    if not entered:
+        return "an eager call did not run FlashInfer's %s (%s)" % (
+            entry.fn.__name__,
+            failed or "no error",
+        )
+    if returns and failed:
+        return "the eager call failed: %s" % failed
+    return out if returns else None
+
+
+class Recorded(Exception):
+    """Raised by the recording backend instead of running the graph."""
+
+
+def _trace(torch, fn, arguments):
+    """The targets of the calls in fn's fullgraph trace, and the layout of fi-patch's op's
+    outputs as its fake gave them (the graph is recorded, never run)."""
+    graphs = []
+
+    def record(graph_module, example_inputs):
+        graphs.append(graph_module)
+
+        def never_run(*inputs):
+            raise Recorded()
+
+        return never_run
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(fn, fullgraph=True, backend=record)(*arguments)
+    except Recorded:
+        pass
+    nodes = [n for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+    ours = [n for n in nodes if str(n.target).startswith("fi_patch_declared.")]
+    faked = layout(ours[0].meta.get("example_value")) if ours else None
+    return [str(n.target) for n in nodes], faked
+
+
+def _first_line(exc):
+    text = str(exc).strip().splitlines()
+    return "%s: %s" % (type(exc).__name__, text[0] if text else "")
