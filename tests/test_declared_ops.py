@@ -18,6 +18,7 @@ import ast
 import json
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from typer.testing import CliRunner
 
 from fi_patcher.errors import ExitCode
 from fi_patcher.model import Declaration
-from fi_patcher.registry import holds, placed
+from fi_patcher.registry import RegistryError, holds, parse_patch, placed
 from tests.support.cli import fi_patch, patch_result
 from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.expected import PATCHES
@@ -214,3 +215,28 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     reverted = fi_patch(runner, "revert", "--venv", venv)
     assert reverted.code == ExitCode.OK, reverted.stdout
     assert (site_packages(venv) / UTILS).read_bytes() == original
+
+
+def test_a_corrected_or_left_out_row_is_what_the_placed_code_carries() -> None:
+    """The verdicts the data may give: `corrected` makes the op with what the kernel writes,
+    `left-out` keeps the reason the target will show; a row whose verdict contradicts its own
+    columns is refused when the registry loads."""
+    row = DECLARATIONS[0]
+    corrected = replace(row, mutates=row.writes[:1], verdict="corrected")
+    left_out = replace(row, op="flashinfer::other", verdict="left-out", reason="reads its out")
+    text = placed("declared_ops.py", [corrected, left_out])
+    (assignment,) = [
+        n
+        for n in ast.parse(text).body
+        if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "_fi_patch_checked"
+    ]
+    assert ast.literal_eval(assignment.value) == {
+        row.op: {row.writes[:1]: row.writes},
+        "flashinfer::other": {row.mutates: "reads its out"},
+    }
+    wrong = PATCH_TEXT.replace('verdict = "right"', 'verdict = "corrected"', 1)
+    with pytest.raises(RegistryError, match="the verdict is right"):
+        parse_patch("declared-ops-custom.toml", wrong)
+
+
+PATCH_TEXT = (Path(__file__).parents[1] / "patches" / "declared-ops-custom.toml").read_text()

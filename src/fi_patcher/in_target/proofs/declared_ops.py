@@ -65,8 +65,14 @@ def calls(torch):
         # Where the entry point decides programmatic dependent launch itself, it asks the device
         # first (0.2.8's rmsnorm, say), which a CPU cannot answer: the proof says False, as a
         # caller may; the op boundary is the same either way.
-        accepted = inspect.signature(getattr(f, name)).parameters
+        entry_point = getattr(f, name, None)
+        accepted = inspect.signature(entry_point).parameters if entry_point else {}
         return {"enable_pdl": False} if "enable_pdl" in accepted else {}
+
+    # Asked here, before any trace: Dynamo need not follow inspect.signature.
+    pdl_rmsnorm, pdl_gemma_rmsnorm = pdl("rmsnorm"), pdl("gemma_rmsnorm")
+    pdl_fused_add_rmsnorm = pdl("fused_add_rmsnorm")
+    pdl_gemma_fused_add_rmsnorm = pdl("gemma_fused_add_rmsnorm")
 
     rope = getattr(f, "apply_rope_with_cos_sin_cache_inplace", None)
     if rope is not None and "positions" in inspect.signature(rope).parameters:
@@ -80,17 +86,17 @@ def calls(torch):
             (t(6, 4, 64), t(6, 2, 64)),
         )
     return {
-        "rmsnorm": (lambda x, w: f.rmsnorm(x, w, **pdl("rmsnorm")), (t(4, 64), t(64))),
+        "rmsnorm": (lambda x, w: f.rmsnorm(x, w, **pdl_rmsnorm), (t(4, 64), t(64))),
         "fused_add_rmsnorm": (
-            lambda x, r, w: f.fused_add_rmsnorm(x, r, w, **pdl("fused_add_rmsnorm")),
+            lambda x, r, w: f.fused_add_rmsnorm(x, r, w, **pdl_fused_add_rmsnorm),
             (t(4, 64), t(4, 64), t(64)),
         ),
         "gemma_rmsnorm": (
-            lambda x, w: f.gemma_rmsnorm(x, w, **pdl("gemma_rmsnorm")),
+            lambda x, w: f.gemma_rmsnorm(x, w, **pdl_gemma_rmsnorm),
             (t(4, 64), t(64)),
         ),
         "gemma_fused_add_rmsnorm": (
-            lambda x, r, w: f.gemma_fused_add_rmsnorm(x, r, w, **pdl("gemma_fused_add_rmsnorm")),
+            lambda x, r, w: f.gemma_fused_add_rmsnorm(x, r, w, **pdl_gemma_fused_add_rmsnorm),
             (t(4, 64), t(4, 64), t(64)),
         ),
         "rmsnorm_quant": (
