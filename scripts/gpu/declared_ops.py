@@ -159,7 +159,7 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
 def same(torch, a, b) -> bool:  # type: ignore[no-untyped-def]
     return len(a) == len(b) and all(
         x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
-        for x, y in zip(a, b, strict=True)
+        for x, y in zip(a, b)  # noqa: B905 (lengths compared above; Python 3.8 targets)
     )
 
 
@@ -182,7 +182,7 @@ def check(torch, name, makers, fn) -> dict[str, object]:  # type: ignore[no-unty
         with torch.cuda.graph(graph):
             captured = compiled(*static)
         fresh = [make() for make in makers]
-        for holder, value in zip(static, fresh, strict=True):
+        for holder, value in zip(static, fresh):  # noqa: B905 (Python 3.8 targets)
             holder.copy_(value)
         graph.replay()
         torch.cuda.synchronize()

@@ -110,14 +110,15 @@ def _indent(line: str) -> str:
 
 
 def _dedented(snippet: str, indent: str) -> str | None:
-    """`snippet` without `indent` at the start of each line, or None where taking it off and
-    putting it back would not give the same bytes (a line indented less, say)."""
+    """`snippet` without `indent` at the start of each line that is not blank (a blank line
+    stays as it is), or None where a line is indented less, so that putting it back would not
+    give the same bytes."""
     if not indent:
         return snippet
-    lines = snippet.splitlines(keepends=True)
-    if any(not line.startswith(indent) and line.strip() for line in lines):
+    lines = re.findall(r"[^\n]*\n|[^\n]+\Z", snippet)
+    if any(line.strip() and not line.startswith(indent) for line in lines):
         return None
-    local = "".join(line[len(indent) :] if line.startswith(indent) else line for line in lines)
+    local = "".join(line[len(indent) :] if line.strip() else line for line in lines)
     return local if _indented(local, indent) == snippet else None
 
 
@@ -125,7 +126,7 @@ def _indented(code: str, indent: str) -> str:
     """`code` with `indent` before every line that is not blank."""
     if not indent:
         return code
-    lines = code.splitlines(keepends=True)
+    lines = re.findall(r"[^\n]*\n|[^\n]+\Z", code)
     return "".join(indent + line if line.strip() else line for line in lines)
 
 

@@ -35,7 +35,8 @@ OP_BOUNDARY = "fp4-quantize-op-boundary"
 DECLARED = "declared-ops-custom"
 DECLARED_FAKE = "declared-ops-fake"
 UTILS = "flashinfer/utils.py"
-"""Where register_custom_op and register_fake_op live, the same text in every release."""
+"""Where register_custom_op and register_fake_op live: those two functions have the same text in
+every release, the file around them does not (UTILS_SHA256)."""
 DECLARED_SHAPES = {DECLARED: "no-op", DECLARED_FAKE: "no-op"}
 
 

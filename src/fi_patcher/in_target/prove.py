@@ -9,10 +9,10 @@
 # reports through `ctx`: `ctx.stage(text)` names the step under way (an exception is reported at
 # it), `ctx.problem(text)` makes the proof red, `ctx.passes(text)` says what green showed,
 # `ctx.note(text)` adds a line to a green report's details, `ctx.fact(key, value)` keeps a fact.
-# `ctx.processes()` counts the processes started inside a
-# `with` block, `ctx.compiled(fn)` is `torch.compile(fn, fullgraph=True, backend="eager")`, and
-# `ctx.graph_calls(fn, *args)` traces fn with fullgraph and a backend that records the graph and
-# never runs it, returning the targets of its calls.
+# `ctx.processes()` counts the processes started inside a `with` block, `ctx.compiled(fn)` is
+# `torch.compile(fn, fullgraph=True, backend="eager")`, and `ctx.graph_calls(fn, *args)` traces fn
+# with fullgraph and a backend that records the graph and never runs it, returning the targets
+# of its calls.
 #
 # Whatever a proof does, the runner also checks that a module was imported from FILE (not another
 # copy) and, after the patch, that FILE carries the patch's marker. The answer is framed JSON on

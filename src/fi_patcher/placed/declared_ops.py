@@ -26,7 +26,6 @@ class _FiPatchDeclaration(object):
         self.op = None
         self.custom = None
         self.ready = False
-        self.mutates = ()
         self.reason = ""
 
 
@@ -86,7 +85,6 @@ def _fi_patch_declare(name, fn, mutates_args, device_types, schema, at_module_le
         entry.reason = "torch cannot make it an op: %s" % (str(exc).strip().splitlines() or [""])[0]
         return fn
     entry.custom = custom
-    entry.mutates = tuple(mutates)
     entry.op = getattr(torch.ops.fi_patch_declared, short)
     if not entry.op.default._schema.returns:
         custom.register_fake(_fi_patch_nothing)
@@ -118,10 +116,12 @@ def _fi_patch_nothing(*args, **kwargs):
 # The first parameter typed as a union of several types, which no op schema holds (asked before
 # torch is, which would log a warning at every import).
 def _fi_patch_untyped(fn):
+    import types
     import typing
 
+    unions = (typing.Union, getattr(types, "UnionType", typing.Union))  # X | Y from Python 3.10
     for parameter, annotation in getattr(fn, "__annotations__", {}).items():
-        if typing.get_origin(annotation) is typing.Union:
+        if typing.get_origin(annotation) in unions:
             kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
             if len(kinds) > 1:
                 return "parameter %s is typed %s" % (parameter, annotation)
@@ -132,9 +132,11 @@ def _fi_patch_untyped(fn):
 def _fi_patch_fits(fake, entry):
     import inspect
 
-    count = len(entry.op.default._schema.arguments)
+    arguments = entry.op.default._schema.arguments
+    positional = [a for a in arguments if not getattr(a, "kwarg_only", False)]
+    named = {a.name: None for a in arguments if getattr(a, "kwarg_only", False)}
     try:
-        inspect.signature(fake).bind(*range(count))
+        inspect.signature(fake).bind(*range(len(positional)), **named)
     except TypeError:
         return False
     return True

@@ -215,9 +215,9 @@ def prove(ctx):
             continue
         entry = declared.get(op)
         if entry is None and declared:
-            kept[name] = "%s is not declared in this release" % op
+            kept[name] = "%s is not declared at module level in this release" % op
             continue
-        if entry is not None and not entry.ready and entry.custom is None:
+        if entry is not None and not entry.ready:
             kept[name] = "%s: %s" % (op, entry.reason)
             continue
         fn, arguments = table[name]
