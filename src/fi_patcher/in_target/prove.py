@@ -12,7 +12,7 @@
 # `ctx.processes()` counts the processes started inside a `with` block, `ctx.compiled(fn)` is
 # `torch.compile(fn, fullgraph=True, backend="eager")`, and `ctx.graph_calls(fn, *args)` traces fn
 # with fullgraph and a backend that records the graph and never runs it, returning the targets
-# of its calls.
+# of its calls (`ctx.graph_nodes(fn, *args)`: the call nodes themselves, with their metadata).
 #
 # Whatever a proof does, the runner also checks that a module was imported from FILE (not another
 # copy) and, after the patch, that FILE carries the patch's marker. The answer is framed JSON on
@@ -89,6 +89,9 @@ class Context:
         return torch.compile(fn, fullgraph=True, backend="eager")
 
     def graph_calls(self, fn, *args):
+        return [str(node.target) for node in self.graph_nodes(fn, *args)]
+
+    def graph_nodes(self, fn, *args):
         import torch
 
         graphs = []
@@ -107,10 +110,7 @@ class Context:
         except Recorded:
             pass
         return [
-            str(node.target)
-            for graph in graphs
-            for node in graph.graph.nodes
-            if node.op == "call_function"
+            node for graph in graphs for node in graph.graph.nodes if node.op == "call_function"
         ]
 
 

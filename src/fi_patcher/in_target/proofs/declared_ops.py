@@ -225,7 +225,7 @@ def prove(ctx):
         ctx.stage("torch.compile(fullgraph=True) trace of flashinfer.%s" % name)
         try:
             with ctx.processes() as started:
-                graph, faked = _trace(torch, fn, [a.clone() for a in arguments])
+                graph, faked = _trace(ctx, fn, [a.clone() for a in arguments])
         except Exception as exc:
             ctx.problem("%s does not trace: %s" % (name, _first_line(exc)))
             continue
@@ -314,29 +314,10 @@ def _eager(fn, arguments, entry, returns, Dispatched):
     return out if returns else None
 
 
-class Recorded(Exception):
-    """Raised by the recording backend instead of running the graph."""
-
-
-def _trace(torch, fn, arguments):
+def _trace(ctx, fn, arguments):
     """The targets of the calls in fn's fullgraph trace, and the layout of fi-patch's op's
     outputs as its fake gave them (the graph is recorded, never run)."""
-    graphs = []
-
-    def record(graph_module, example_inputs):
-        graphs.append(graph_module)
-
-        def never_run(*inputs):
-            raise Recorded()
-
-        return never_run
-
-    torch._dynamo.reset()
-    try:
-        torch.compile(fn, fullgraph=True, backend=record)(*arguments)
-    except Recorded:
-        pass
-    nodes = [n for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+    nodes = ctx.graph_nodes(fn, *arguments)
     ours = [n for n in nodes if str(n.target).startswith("fi_patch_declared.")]
     faked = layout(ours[0].meta.get("example_value")) if ours else None
     return [str(n.target) for n in nodes], faked
