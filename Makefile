@@ -40,14 +40,15 @@ dist: $(STAMP)
 	$(BIN)/python -m build --outdir dist .
 
 # On a machine with a GPU: apply every patch to TARGET (a venv with torch and FlashInfer), then
-# compare compiled fp4_quantize, and the entry points made ops by the declared-ops patches, with
-# eager, and replay them in a CUDA graph. CI never runs it.
+# compare compiled fp4_quantize, the entry points made ops by the declared-ops patches and those
+# the op-* patches give a boundary, with eager, and replay them in a CUDA graph. CI never runs it.
 gpu-check: $(STAMP)
 	@test -n "$(TARGET)" || { echo "usage: make gpu-check TARGET=/path/to/venv" >&2; exit 2; }
 	$(BIN)/fi-patch apply --venv $(TARGET)
 	@mkdir -p build
 	$(TARGET)/bin/python scripts/gpu/fp4_compiled.py --out build/fp4-gpu.json
 	$(TARGET)/bin/python scripts/gpu/declared_ops.py --out build/declared-gpu.json
+	$(TARGET)/bin/python scripts/gpu/boundaries.py --out build/boundaries-gpu.json
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache .coverage

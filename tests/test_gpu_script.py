@@ -12,7 +12,7 @@ from tests.support.tool import ROOT
 from tests.support.venvs import python_of
 
 
-@pytest.mark.parametrize("script", ["fp4_compiled.py", "declared_ops.py"])
+@pytest.mark.parametrize("script", ["fp4_compiled.py", "declared_ops.py", "boundaries.py"])
 def test_without_a_gpu_it_says_so_and_exits_77(venv_with: MakeVenv, script: str) -> None:
     """CUDA_VISIBLE_DEVICES="" hides any device, so this holds on a GPU machine too."""
     venv = venv_with("0.7.4")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
-from fi_patcher.model import InsertFirst, KeywordArguments, Patch, Shape
+from fi_patcher.model import Boundary, InsertFirst, KeywordArguments, Patch, Shape
 from fi_patcher.recognise import (
     Match,
     Unrecognised,
@@ -133,7 +133,11 @@ def _indented(code: str, indent: str) -> str:
 def _definitions(patch: Patch, shape: Shape) -> list[_Statement]:
     """The module-level statements `patch` places after the function in `shape`."""
     operation = patch.operation
-    if not isinstance(operation, InsertFirst) or shape.text is None:
+    if shape.text is None:
+        return []
+    if isinstance(operation, Boundary):
+        return list(cst.parse_module(operation.statements(patch.function, shape.text)).body)
+    if not isinstance(operation, InsertFirst):
         return []
     text = operation.definitions.get(shape.text)
     return list(cst.parse_module(text).body) if text else []
@@ -200,6 +204,17 @@ def _insert_first(
         blank = [cst.EmptyLine(), cst.EmptyLine()]
         after[0] = after[0].with_changes(leading_lines=[*blank, _marker(patch, tool_version)])
     return [definition.with_changes(body=block.with_changes(body=body)), *after]
+
+
+def _boundary(
+    definition: cst.FunctionDef, patch: Patch, shape: Shape, tool_version: str
+) -> Sequence[_Statement] | str:
+    """The function as it is; after it, two blank lines, a marker and the call of fi-patch's op
+    boundary."""
+    after = _definitions(patch, shape)
+    blank = [cst.EmptyLine(), cst.EmptyLine()]
+    after[0] = after[0].with_changes(leading_lines=[*blank, _marker(patch, tool_version)])
+    return [definition, *after]
 
 
 def _keyword_arguments(
@@ -324,12 +339,21 @@ def _take_out_keywords(
     return definition.with_changes(body=block.with_changes(body=body))
 
 
+def _take_out_nothing(
+    definition: cst.FunctionDef, patch: Patch, shape: Shape
+) -> cst.FunctionDef | None:
+    """An op boundary leaves the function as it is: what it placed after it goes (`take_out`)."""
+    return definition
+
+
 _TAKE_OUT: dict[type, Callable[[cst.FunctionDef, Patch, Shape], cst.FunctionDef | None]] = {
     InsertFirst: _take_out_first,
     KeywordArguments: _take_out_keywords,
+    Boundary: _take_out_nothing,
 }
 
 _REWRITES: dict[type, _Rewrite] = {
     InsertFirst: _insert_first,
     KeywordArguments: _keyword_arguments,
+    Boundary: _boundary,
 }

@@ -12,7 +12,7 @@ from typing import Any
 
 from fi_patcher import __version__
 from fi_patcher.errors import FiPatchError
-from fi_patcher.model import Assessment, InsertFirst, Installed, Patch, PatchState, State
+from fi_patcher.model import Assessment, Boundary, InsertFirst, Installed, Patch, PatchState, State
 from fi_patcher.options import Target
 from fi_patcher.proofs import Preflight, ProofReport
 from fi_patcher.registry import span
@@ -131,6 +131,15 @@ def patch_json(patch: Patch) -> dict[str, Any]:
     operation: dict[str, Any] = {"kind": patch.operation.kind}
     if isinstance(patch.operation, InsertFirst):
         operation["requires_names"] = list(patch.operation.requires_names)
+    if isinstance(patch.operation, Boundary):
+        boundary = patch.operation
+        operation |= {
+            "op": boundary.op,
+            "fake": boundary.fake,
+            "out": boundary.out,
+            "returns": boundary.returns,
+            "check": boundary.check,
+        }
     return {
         "id": patch.id,
         "summary": patch.summary,

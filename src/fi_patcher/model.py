@@ -82,7 +82,39 @@ class KeywordArguments:
     kind = "keyword-arguments"
 
 
-Operation = InsertFirst | KeywordArguments
+@dataclass(frozen=True)
+class Boundary:
+    """Leave the function as it is, and place one call of fi-patch's op boundary right after it
+    (`fi_patcher/placed/op_boundary.py`, placed in flashinfer/utils.py by declared-ops-custom):
+    the op `fi_patch::OP` made from the function's own signature, with the fake named `fake`
+    under the rule the shape names (its `text`), and `fi_patch::OP_out` where the function
+    writes into its parameter `out`. Dynamo traces a call of the op in the function's place."""
+
+    op: str
+    fake: str
+    out: str = ""
+    returns: int = 1
+    """How many tensors the function returns."""
+    check: str = ""
+    """FlashInfer's own check of the problem, a function of the entry point's module, which the
+    fake runs first; none where empty."""
+
+    kind = "op-boundary"
+
+    def statements(self, function: str, rule: str) -> str:
+        """The module-level statements placed after `function`, for the shape's rule."""
+        return (
+            "from flashinfer import utils as _fi_patch_utils\n\n"
+            'if hasattr(_fi_patch_utils, "_fi_patch_boundary"):\n'
+            "    _fi_patch_utils._fi_patch_boundary(\n"
+            f'        {function}, "{self.op}", fake="{self.fake}", rule="{rule}", '
+            f'out="{self.out}", returns={self.returns}'
+            + (f',\n        check="{self.check}"' if self.check else "")
+            + "\n    )\n"
+        )
+
+
+Operation = InsertFirst | KeywordArguments | Boundary
 
 
 @dataclass(frozen=True)
@@ -97,7 +129,8 @@ class Shape:
     """sha256 of `ast.unparse` of the function node: formatting and comments do not count."""
     note: str
     text: str | None = None
-    """For `InsertFirst`: the name of the statements this shape takes."""
+    """For `InsertFirst`: the name of the statements this shape takes; for `Boundary`: the rule
+    its fake follows."""
     target: str | None = None
     """The file, where these releases keep the function elsewhere than the patch's `target`."""
 

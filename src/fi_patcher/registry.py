@@ -17,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from fi_patcher.errors import UsageError
 from fi_patcher.model import (
+    Boundary,
     Case,
     Declaration,
     Exemption,
@@ -104,12 +105,20 @@ def _parse_operation(data: dict[str, Any], declarations: Sequence[Declaration]) 
     if kind == InsertFirst.kind:
         texts = {key: _statements(value) for key, value in data["texts"].items()}
         definitions = {key: _statements(v) for key, v in data.get("definitions", {}).items()}
-        for key, name in data.get("definitions_from", {}).items():
-            definitions[key] = placed(name, declarations)
+        for key, names in data.get("definitions_from", {}).items():
+            definitions[key] = placed(names, declarations)
         also = {key: tuple(v) for key, v in data.get("also_requires", {}).items()}
         return InsertFirst(texts, tuple(data["requires_names"]), definitions, also)
     if kind == KeywordArguments.kind:
         return KeywordArguments(data["call"], int(data["positional"]))
+    if kind == Boundary.kind:
+        return Boundary(
+            data["op"],
+            data["fake"],
+            data.get("out", ""),
+            int(data.get("returns", 1)),
+            data.get("check", ""),
+        )
     raise KeyError(f"operation kind {kind!r}")
 
 
@@ -131,22 +140,29 @@ def _parse_declaration(data: dict[str, Any]) -> Declaration:
 CHECKED_LINE = "_fi_patch_checked = {}  # rendered by fi-patch from the patch's [[declarations]]"
 
 
-def placed(name: str, declarations: Sequence[Declaration]) -> str:
-    """The statements of `fi_patcher/placed/NAME` (the comments above the first one stay
-    behind), with its checked declarations rendered from `declarations`."""
-    text = resources.files("fi_patcher.placed").joinpath(name).read_text(encoding="utf-8")
-    if CHECKED_LINE not in text:
-        raise KeyError(f"placed file {name} has no line {CHECKED_LINE!r}")
+def placed(names: str | Sequence[str], declarations: Sequence[Declaration]) -> str:
+    """The statements of `fi_patcher/placed/NAME` for each name, in order (the comments above
+    each file's first statement stay behind), with the checked declarations rendered from
+    `declarations` into the file that holds their line."""
+    files = [names] if isinstance(names, str) else list(names)
+    texts = [
+        resources.files("fi_patcher.placed").joinpath(n).read_text(encoding="utf-8") for n in files
+    ]
+    if declarations and not any(CHECKED_LINE in t for t in texts):
+        raise KeyError(f"placed files {files} have no line {CHECKED_LINE!r}")
     checked: dict[str, dict[tuple[str, ...], tuple[str, ...] | str]] = {}
     for declaration in declarations:
         by = checked.setdefault(declaration.op, {})
         if by.setdefault(declaration.mutates, declaration.placed) != declaration.placed:
             raise KeyError(f"{declaration.op}: two rows declare {declaration.mutates} differently")
     rows = "".join(f"    {op!r}: {by!r},\n" for op, by in sorted(checked.items()))
-    text = text.replace(CHECKED_LINE, "_fi_patch_checked = {\n" + rows + "}")
-    lines = text.splitlines(keepends=True)
-    first = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#"))
-    return _statements("".join(lines[first:]))
+    statements = []
+    for text in texts:
+        text = text.replace(CHECKED_LINE, "_fi_patch_checked = {\n" + rows + "}")
+        lines = text.splitlines(keepends=True)
+        first = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#"))
+        statements.append(_statements("".join(lines[first:])))
+    return "\n\n".join(statements)
 
 
 def _parse_exemption(data: dict[str, Any]) -> Exemption:
@@ -175,6 +191,15 @@ def _parse_shape(data: dict[str, Any]) -> Shape:
     )
 
 
+def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
+    problems = [f"shape {s.name} names no rule for its fake" for s in patch.shapes if not s.text]
+    if boundary.returns < 1:
+        problems.append("an op boundary returns one tensor or more")
+    if "declared-ops-custom" not in patch.requires.patches:
+        problems.append("an op boundary requires declared-ops-custom, which places its code")
+    return problems
+
+
 def _parse_requirements(data: dict[str, Any]) -> Requirements:
     torch = data.get("torch")
     return Requirements(
@@ -198,6 +223,8 @@ def _validate(name: str, patch: Patch) -> None:
             for s in patch.shapes
             if definitions and s.text not in definitions
         ]
+    if isinstance(patch.operation, Boundary):
+        problems += _boundary_problems(patch, patch.operation)
     for exemption in patch.not_applicable:
         told = [exemption.absent, exemption.defines, exemption.function_sha256 or None]
         if sum(t is not None for t in told) != 1:

@@ -1,0 +1,145 @@
+"""fi-patch's op boundaries (the op-* patches) inside a compiled graph, on a real GPU: what the CPU
+proofs cannot run.
+
+Run it with the target environment's own python, after `fi-patch apply` there:
+
+    fi-patch apply --venv /root/ml-env
+    /root/ml-env/bin/python scripts/gpu/boundaries.py --out boundaries-gpu.json
+
+(`make gpu-check TARGET=/root/ml-env` runs it after the other GPU scripts.) For each entry point
+an op-* patch gives an op (the activations, mm_fp4, bmm_fp8), called without and with `out=`, it
+compares `torch.compile(fullgraph=True)` (the default backend, Inductor) with the eager call, bit
+for bit; then captures the compiled function in a CUDA graph, replays it on new input, and
+compares again. An entry point the release does not have, or whose boundary fi-patch left as it
+is, is named and not checked. One line per case; JSON with --out.
+
+Exit status: 0 every case equal, 1 a case differs or fails, 77 no CUDA device (nothing checked;
+CI never runs this script).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+
+from replay import check
+
+SKIPPED = 77
+
+
+def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
+    """(case, entry point, inputs, a function of them returning what it writes and returns)."""
+    f = flashinfer
+    bf16 = torch.bfloat16
+
+    def t(*shape):  # type: ignore[no-untyped-def]
+        return torch.randn(*shape, dtype=bf16, device="cuda")
+
+    for name in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"):
+        yield name, name, (lambda: t(256, 8192),), (lambda x, n=name: (getattr(f, n)(x),))
+
+        def into(x, o, n=name):  # type: ignore[no-untyped-def]
+            getattr(f, n)(x, out=o)
+            return (o,)
+
+        yield name + " out=", name, (lambda: t(256, 8192), lambda: t(256, 4096)), into
+
+    # mm_fp4: NVFP4 operands from FlashInfer's own quantizer, made once (the quantizer is not
+    # under test here); b passed as the transposed view of the (n, k/2) weight.
+    m, n, k = 128, 512, 1024
+
+    def nvfp4(x):  # type: ignore[no-untyped-def]
+        scale = (448 * 6) / x.float().abs().nan_to_num().max()
+        quantized, factors = f.nvfp4_quantize(x, scale.reshape(1))
+        return quantized, factors, scale
+
+    if hasattr(f, "mm_fp4") and hasattr(f, "nvfp4_quantize"):
+        a, sa, ga = nvfp4(t(m, k))
+        w, sw, gw = nvfp4(t(n, k))
+        alpha = (1.0 / (ga * gw)).reshape(1).float()
+
+        def gemm(a, w):  # type: ignore[no-untyped-def]
+            return (f.mm_fp4(a, w.T, sa, sw.T, alpha, torch.bfloat16),)
+
+        def gemm_into(a, w, o):  # type: ignore[no-untyped-def]
+            f.mm_fp4(a, w.T, sa, sw.T, alpha, torch.bfloat16, out=o)
+            return (o,)
+
+        yield "mm_fp4", "mm_fp4", (lambda: a.clone(), lambda: w.clone()), gemm
+        yield (
+            "mm_fp4 out=",
+            "mm_fp4",
+            (lambda: a.clone(), lambda: w.clone(), lambda: t(m, n)),
+            gemm_into,
+        )
+
+    fp8 = torch.float8_e4m3fn
+    one = torch.ones((), device="cuda")
+
+    def fp8_of(*shape):  # type: ignore[no-untyped-def]
+        return lambda: torch.randn(*shape, device="cuda").to(fp8)
+
+    def bmm(A, W):  # type: ignore[no-untyped-def]
+        return (f.bmm_fp8(A, W.transpose(-2, -1), one, one, bf16),)
+
+    def bmm_into(A, W, o):  # type: ignore[no-untyped-def]
+        f.bmm_fp8(A, W.transpose(-2, -1), one, one, bf16, out=o)
+        return (o,)
+
+    yield "bmm_fp8", "bmm_fp8", (fp8_of(4, 128, 256), fp8_of(4, 512, 256)), bmm
+    yield (
+        "bmm_fp8 out=",
+        "bmm_fp8",
+        (fp8_of(4, 128, 256), fp8_of(4, 512, 256), lambda: t(4, 128, 512)),
+        bmm_into,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="write the results as JSON to this file")
+    arguments = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"no CUDA device (torch {torch.__version__}): nothing checked")
+        return SKIPPED
+    import flashinfer
+    import flashinfer.utils
+
+    torch.manual_seed(0)
+    header = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "flashinfer": flashinfer.__version__,
+        "device": torch.cuda.get_device_name(),
+        "capability": list(torch.cuda.get_device_capability()),
+    }
+    print(json.dumps(header))
+    boundaries = getattr(flashinfer.utils, "_fi_patch_boundaries", None)
+    if boundaries is None:
+        print("flashinfer.utils has no _fi_patch_boundaries: apply the op-* patches first")
+        return 1
+    results, left_out = [], {}
+    for case, name, makers, fn in cases(torch, flashinfer):
+        entry = boundaries.get(name)
+        if entry is None or not entry.ready:
+            left_out[case] = entry.reason if entry is not None else "no op boundary here"
+            continue
+        results.append(check(torch, case, makers, fn))
+    for case, reason in left_out.items():
+        print(f"left as it is: {case}: {reason}")
+    for result in results:
+        verdict = "ok  " if result["passed"] else "FAIL"
+        print(f"{verdict} {result['case']}: {result.get('error', '')}".rstrip(": "))
+    if arguments.out:
+        with open(arguments.out, "w") as handle:
+            json.dump({**header, "cases": results, "left_out": left_out}, handle, indent=2)
+    return 0 if results and all(r["passed"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

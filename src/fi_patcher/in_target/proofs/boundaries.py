@@ -1,0 +1,336 @@
+# Proof of the op-* patches (fi-patch's op boundary for one public entry point each), run by
+# prove.py inside the target (see its contract). One script for all of them: the patch under
+# proof (ctx.answer["patch"], op-silu-and-mul say) names the entry point (silu_and_mul).
+#
+# For each call form of the entry point (positional, by keyword, with out=, with a batch
+# dimension marked dynamic):
+# - torch.compile(fullgraph=True) with a backend that records the graph and never runs it holds
+#   exactly one fi_patch op (NAME, or NAME_out where out= is passed) and nothing else of
+#   FlashInfer's, and starts no process;
+# - an eager call, with the entry point's module getters stood in (the CPU has no kernel),
+#   dispatches no op: the entry point runs as it is. The GEMMs first ask the device (answered as
+#   a GPU host answers: compute capability 10.0) and allocate their output before the
+#   workspace; the eager call stops at the workspace, and what it allocated is its output;
+# - the op's fake, run the way Dynamo runs it (the traced path, under a FakeTensorMode), gives
+#   the shapes, strides and dtypes the eager call returns.
+# And for each input the entry point refuses, the fake raises the exception the eager call raises.
+# Unpatched, flashinfer.utils has no _fi_patch_boundaries and the trace stops in the JIT loader.
+
+
+def forms(torch, f, name):
+    """How the entry point is called: (what, a function of tensors, the tensors, the dimension
+    marked dynamic or None), and the inputs it refuses: (what, the same)."""
+    bf16 = torch.bfloat16
+    fp8 = torch.float8_e4m3fn
+
+    def t(*shape):
+        return torch.randn(*shape, dtype=bf16)
+
+    def fn(*args, **kwargs):
+        # Looked up at each call, as a caller's `flashinfer.NAME(...)` is.
+        return getattr(f, name)(*args, **kwargs)
+
+    if name in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"):
+        calls = [
+            ("positional", lambda x: fn(x), (t(4, 256),), None),
+            ("by keyword", lambda x: fn(input=x, enable_pdl=False), (t(2, 3, 128),), None),
+            ("out=", lambda x, o: fn(x, out=o), (t(4, 256), t(4, 128)), None),
+            ("positional out", lambda x, o: fn(x, o, False), (t(4, 256), t(4, 128)), None),
+            ("float16", lambda x: fn(x), (t(4, 64).half(),), None),
+            ("a dynamic batch dimension", lambda x: fn(x) * 2, (t(8, 3, 256),), 0),
+        ]
+        refused = [
+            ("an odd last dimension", lambda x: fn(x), (t(4, 255),)),
+            ("out of the wrong shape", lambda x, o: fn(x, out=o), (t(4, 256), t(4, 64))),
+        ]
+        return calls, refused
+    if name == "mm_fp4":
+        # a: (m, k/2) packed FP4; b: the (k/2, n) transposed view of an (n, k/2) weight; the
+        # block scales' layout is the kernel's business, their dtype the check's.
+        def operands(m, n=32, k=128):
+            a = torch.randint(0, 255, (m, k // 2), dtype=torch.uint8)
+            b = torch.randint(0, 255, (n, k // 2), dtype=torch.uint8)
+            scales = torch.empty(m, k // 16, dtype=fp8), torch.empty(n, k // 16, dtype=fp8)
+            return a, b, scales[0], scales[1], torch.ones(1)
+
+        a, w, sa, sw, alpha = operands(8)
+        calls = [
+            (
+                "positional",
+                lambda a, w: fn(a, w.T, sa, sw.T, alpha, bf16, None, 16, False, "cutlass"),
+                (a, w),
+                None,
+            ),
+            (
+                "by keyword",
+                lambda a, w: fn(
+                    a=a,
+                    b=w.T,
+                    a_descale=sa,
+                    b_descale=sw.T,
+                    out_dtype=torch.float16,
+                    backend="cutlass",
+                ),
+                (a, w),
+                None,
+            ),
+            (
+                "out=",
+                lambda a, w, o: fn(a, w.T, sa, sw.T, alpha, out=o, backend="cutlass"),
+                (a, w, torch.empty(8, 32, dtype=bf16)),
+                None,
+            ),
+            (
+                "a dynamic batch dimension",
+                lambda a, w: fn(a, w.T, sa, sw.T, alpha, backend="cutlass") + 1,
+                (a, w),
+                0,
+            ),
+        ]
+        refused = [
+            ("k that differs", lambda a, w: fn(a, w[:, :32].T, sa, sw.T, alpha), (a, w)),
+            (
+                "out_dtype float32",
+                lambda a, w: fn(a, w.T, sa, sw.T, alpha, out_dtype=torch.float32),
+                (a, w),
+            ),
+        ]
+        return calls, refused
+    if name == "bmm_fp8":
+        # A: (b, m, k); B: the (b, k, n) transposed view of a (b, n, k) weight.
+        A = torch.randn(2, 8, 64).to(fp8)
+        W = torch.randn(2, 32, 64).to(fp8)
+        one = torch.ones(())
+        calls = [
+            ("positional", lambda A, W: fn(A, W.transpose(-2, -1), one, one, bf16), (A, W), None),
+            (
+                "by keyword",
+                lambda A, W: fn(
+                    A=A,
+                    B=W.transpose(-2, -1),
+                    A_scale=one,
+                    B_scale=one,
+                    dtype=torch.float16,
+                    backend="cublas",
+                ),
+                (A, W),
+                None,
+            ),
+            (
+                "out=",
+                lambda A, W, o: fn(A, W.transpose(-2, -1), one, one, bf16, out=o),
+                (A, W, torch.empty(2, 8, 32, dtype=bf16)),
+                None,
+            ),
+            (
+                "a dynamic batch dimension",
+                lambda A, W: fn(A, W.transpose(-2, -1), one, one, bf16) * 2,
+                (torch.randn(4, 8, 64).to(fp8), torch.randn(4, 32, 64).to(fp8)),
+                0,
+            ),
+        ]
+        refused = [
+            (
+                "dtype float32",
+                lambda A, W: fn(A, W.transpose(-2, -1), one, one, torch.float32),
+                (A, W),
+            ),
+        ]
+        return calls, refused
+    return None, None
+
+
+class Reached(Exception):
+    """Raised by the stood-in workspace: the eager call got past its output's allocation."""
+
+
+def stand_ins(torch, name):
+    """Names in the entry point's module (and flashinfer.utils) answered as a GPU host answers,
+    or stopping the eager call at its workspace, by entry point."""
+    if name not in ("mm_fp4", "bmm_fp8"):
+        return {}
+
+    def workspace(*args, **kwargs):
+        raise Reached()
+
+    return {
+        "get_compute_capability": lambda device: (10, 0),
+        "_get_cache_buf": workspace,
+        "_get_stream_cache_buf": workspace,
+    }
+
+
+def layout(value):
+    """Shapes, strides and dtypes of a tensor or a tuple of them."""
+    if isinstance(value, (tuple, list)):
+        return [layout(v) for v in value]
+    if value is None or not hasattr(value, "stride"):
+        return repr(value)
+    return [list(value.shape), list(value.stride()), str(value.dtype)]
+
+
+class Stub(object):
+    """A module getter's result whose every kernel does nothing."""
+
+    def __call__(self, *args, **kwargs):
+        return None
+
+    def __getattr__(self, name):
+        def kernel(*args, **kwargs):
+            return None
+
+        return kernel
+
+
+def prove(ctx):
+    import torch
+
+    ctx.stage("import flashinfer")
+    import flashinfer
+    import flashinfer.utils as utils
+
+    name = ctx.answer["patch"][len("op-") :].replace("-", "_")
+    calls, refused = forms(torch, flashinfer, name)
+    standing = stand_ins(torch, name)
+    if calls is None:
+        ctx.problem("the proof has no calls of %s" % name)
+        return
+    entry = getattr(utils, "_fi_patch_boundaries", {}).get(name)
+    if entry is None and hasattr(utils, "_fi_patch_declared"):
+        ctx.problem(
+            "flashinfer.utils has no op boundary for %s: it holds declared-ops-custom as an "
+            "older fi-patch wrote it, without the op boundary's code (`fi-patch revert --patch "
+            "declared-ops-custom`, then apply again)" % name
+        )
+    elif entry is None:
+        ctx.problem("flashinfer.utils has no op boundary for %s" % name)
+    elif not entry.ready:
+        ctx.problem("%s has no op: %s" % (name, entry.reason))
+    ours = ("fi_patch.%s" % name, "fi_patch.%s.default" % name)
+    ours_out = ("fi_patch.%s_out" % name, "fi_patch.%s_out.default" % name)
+    traced = []
+    for what, fn, arguments, dynamic in calls:
+        arguments = [a.clone() for a in arguments]
+        if dynamic is not None:
+            torch._dynamo.mark_dynamic(arguments[0], dynamic)
+        ctx.stage("torch.compile(fullgraph=True) trace of %s, %s" % (name, what))
+        try:
+            with ctx.processes() as started:
+                graph = [str(n.target) for n in ctx.graph_nodes(fn, *arguments)]
+        except Exception as exc:
+            ctx.problem("%s, %s, does not trace: %s" % (name, what, _first_line(exc)))
+            continue
+        mine = [c for c in graph if c in ours + ours_out]
+        theirs = [c for c in graph if c.startswith(("flashinfer.", "fi_patch"))]
+        ctx.fact("graph, %s" % what, graph)
+        if len(mine) != 1 or theirs != mine:
+            ctx.problem("%s, %s: the graph holds %s, not one fi_patch op" % (name, what, graph))
+            continue
+        if started:
+            ctx.problem("%s, %s: %d process(es) started while tracing" % (name, what, len(started)))
+        ctx.stage("an eager call of %s, %s, against the fake" % (name, what))
+        eager = _eager(torch, fn, arguments, entry.fn, standing)
+        faked = _faked(torch, fn, arguments, entry.fn)
+        if eager[0] == "dispatched":
+            ctx.problem("%s, %s: an eager call dispatched %s" % (name, what, eager[1]))
+        elif eager != faked:
+            ctx.problem(
+                "%s, %s: the eager call gives %s, the fake %s" % (name, what, eager[1], faked[1])
+            )
+        else:
+            traced.append(what)
+    if entry is None or not entry.ready:
+        return
+    for what, fn, arguments in refused:
+        ctx.stage("%s refuses %s: eager against the fake" % (name, what))
+        eager = _eager(torch, fn, arguments, entry.fn, standing)
+        faked = _faked(torch, fn, arguments, entry.fn)
+        if eager[0] != "raises" or faked[0] != "raises" or eager[1] != faked[1]:
+            ctx.problem("%s, %s: the eager call gives %s, the fake %s" % (name, what, eager, faked))
+    ctx.fact("call forms traced to one op", traced)
+    ctx.passes(
+        "%s traces to one fi_patch op per call (%s), runs as it is eagerly, and its fake gives "
+        "the eager call's shapes, strides, dtypes and errors (%s)"
+        % (name, ", ".join(traced), ", ".join(what for what, _, _ in refused))
+    )
+
+
+def _eager(torch, fn, arguments, entry_point, standing):
+    """The entry point run eagerly with its module getters stood in, and the names `standing`
+    gives: ("returns", layout), ("raises", exception type) or ("dispatched", fi-patch's ops).
+    Stopped at its workspace, it returns what it allocated first."""
+    import inspect
+
+    import flashinfer.utils
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Dispatched(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+            self.allocated = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            result = func(*args, **(kwargs or {}))
+            if func is torch.ops.aten.empty.memory_format:
+                self.allocated.append(result)
+            return result
+
+    spaces = [inspect.unwrap(entry_point).__globals__, vars(flashinfer.utils)]
+    saved = []
+    for space in spaces:
+        for key, value in list(space.items()):
+            if key.startswith("get_") and "module" in key and callable(value):
+                saved.append((space, key, value))
+                space[key] = lambda *a, **k: Stub()
+            elif key in standing:
+                saved.append((space, key, value))
+                space[key] = standing[key]
+    mode = Dispatched()
+    try:
+        with mode:
+            result = ("returns", layout(fn(*[a.clone() for a in arguments])))
+    except Reached:
+        # Past its output's allocation; with out= given it allocates none and returns the out
+        # it was given, which the call forms pass last.
+        first = mode.allocated[0] if mode.allocated else arguments[-1]
+        result = ("returns", layout(first))
+    except Exception as exc:
+        result = ("raises", type(exc).__name__)
+    finally:
+        for space, key, value in saved:
+            space[key] = value
+    dispatched = [o for o in mode.ops if "fi_patch" in o]
+    return ("dispatched", dispatched) if dispatched else result
+
+
+def _faked(torch, fn, arguments, entry_point):
+    """fn run as Dynamo runs it: the entry point's traced path (its op, and so the op's fake)
+    under a FakeTensorMode. ("returns", layout) or ("raises", exception type)."""
+    import flashinfer
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    traced = getattr(entry_point, "_torchdynamo_inline", None)
+    if traced is None:
+        return ("raises", "no traced path")
+    # The call forms close over some tensors (scales, alpha), as a caller's code does: Dynamo
+    # makes them fake too.
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(a) for a in arguments]
+    # The call forms look the function up in flashinfer's namespace: there, for this call, it
+    # is the traced path.
+    name = entry_point.__name__
+    setattr(flashinfer, name, traced)
+    try:
+        with mode:
+            return ("returns", layout(fn(*fakes)))
+    except Exception as exc:
+        return ("raises", type(exc).__name__)
+    finally:
+        setattr(flashinfer, name, entry_point)
+
+
+def _first_line(exc):
+    text = str(exc).strip().splitlines()
+    return "%s: %s" % (type(exc).__name__, text[0] if text else "")

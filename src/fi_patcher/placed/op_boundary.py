@@ -1,0 +1,277 @@
+# Placed by the patch declared-ops-custom in flashinfer/utils.py, after declared_ops.py, in the
+# branch taken with torch >= 2.4: fi-patch's op boundary for FlashInfer's public entry points.
+#
+# Each op-* patch places one call of _fi_patch_boundary right after its entry point (say
+# silu_and_mul), naming the op, the fake and, where the entry point takes one, its out parameter.
+# From the entry point's own signature this makes fi_patch::NAME, a torch.library op whose body
+# calls the entry point eagerly (every host step, workspace, autotuner, capture check and backend
+# choice runs there, as before), and, where there is an out parameter, fi_patch::NAME_out, which
+# writes into it. Dynamo traces the entry point's `_torchdynamo_inline` in its place: one call of
+# the op. Python never looks at the attribute, so an eager call runs FlashInfer's function itself
+# with nothing in between. An entry point torch cannot make an op of stays as it is, and
+# _fi_patch_boundaries says why, for the proof and for anyone who asks.
+#
+# The fakes, by name, take the arguments by parameter name, the rule the shape names (how that
+# release checks its input) and, where the patch names one, FlashInfer's own check of the
+# problem (a function of the entry point's module, run on the fake tensors as the entry point
+# runs it): each gives the shapes, strides and dtypes the entry point returns, and raises what
+# it raises on input it refuses.
+#
+# Annotations are strings: the host's Python (3.8 for older releases) never evaluates them, and
+# mypy reads them.
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+_fi_patch_boundaries: "Dict[str, _FiPatchBoundary]" = {}
+
+
+# One entry point: FlashInfer's function, the ops made of it (or why none), and its parameters.
+class _FiPatchBoundary(object):
+    def __init__(self, name: "str", fn: "Any") -> "None":
+        self.name = name
+        self.fn = fn
+        self.op: "Any" = None
+        self.out_op: "Any" = None
+        self.names: "Tuple[str, ...]" = ()
+        self.defaults: "Tuple[Any, ...]" = ()
+        self.positional = 0
+        self.ready = False
+        self.reason = ""
+
+
+# A parameter the caller must pass: it has no default.
+class _FiPatchRequired(object):
+    pass
+
+
+def _fi_patch_boundary(
+    fn: "Any",
+    name: "str",
+    fake: "str",
+    rule: "str" = "",
+    out: "str" = "",
+    returns: "int" = 1,
+    check: "str" = "",
+) -> "Any":
+    entry = _FiPatchBoundary(name, fn)
+    _fi_patch_boundaries[name] = entry
+    try:
+        checking = _fi_patch_boundary_check(fn, check)
+        if check and checking is None:
+            entry.reason = "its module has no function %s" % check
+        else:
+            made = _fi_patch_boundary_fakes.get(fake)
+            _fi_patch_make_boundary(entry, made, rule, checking, out, returns)
+    except Exception as exc:
+        entry.reason = "torch cannot make it an op: %s" % (str(exc).strip().splitlines() or [""])[0]
+    if not entry.ready and not entry.reason:
+        entry.reason = "fi-patch has no fake named %r" % fake
+    return fn
+
+
+# FlashInfer's own check of the problem, by name, in the entry point's module.
+def _fi_patch_boundary_check(fn: "Any", check: "str") -> "Any":
+    import inspect
+
+    if not check:
+        return None
+    found = inspect.unwrap(fn).__globals__.get(check)
+    return found if callable(found) else None
+
+
+def _fi_patch_make_boundary(
+    entry: "_FiPatchBoundary",
+    fake: "Optional[_FiPatchFake]",
+    rule: "str",
+    check: "Any",
+    out: "str",
+    returns: "int",
+) -> "None":
+    import inspect
+    import typing
+
+    if fake is None:
+        return
+    fn = entry.fn
+    hints = typing.get_type_hints(fn)
+    names: "List[str]" = []
+    defaults: "List[Any]" = []
+    typed: "List[inspect.Parameter]" = []
+    positional = 0
+    for parameter in inspect.signature(fn).parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            entry.reason = "it takes *%s, which no op schema holds" % parameter.name
+            return
+        if parameter.kind != parameter.KEYWORD_ONLY:
+            positional += 1
+        default = parameter.default
+        kind = _fi_patch_op_type(hints.get(parameter.name, parameter.empty), default)
+        if kind is None:
+            entry.reason = "parameter %s is typed %s, which no op schema holds" % (
+                parameter.name,
+                hints.get(parameter.name, "nothing"),
+            )
+            return
+        if parameter.name == out:
+            kind = typing.Optional[torch.Tensor]
+        names.append(parameter.name)
+        defaults.append(_FiPatchRequired if default is parameter.empty else default)
+        typed.append(
+            inspect.Parameter(parameter.name, parameter.POSITIONAL_OR_KEYWORD, annotation=kind)
+        )
+    if out and out not in names:
+        entry.reason = "it has no parameter %s" % out
+        return
+    result = torch.Tensor if returns == 1 else typing.Tuple[(torch.Tensor,) * returns]
+
+    def run(*values: "Any") -> "Any":
+        return fn(**dict(zip(names, values)))
+
+    def faked(*values: "Any") -> "Any":
+        return fake(dict(zip(names, values)), rule, check)
+
+    run.__signature__ = inspect.Signature(typed, return_annotation=result)  # type: ignore[attr-defined]
+    entry.op = torch.library.custom_op("fi_patch::" + entry.name, run, mutates_args=())
+    entry.op.register_fake(faked)
+    at = names.index(out) if out else -1
+    if out:
+
+        def run_out(*values: "Any") -> "None":
+            fn(**dict(zip(names, values)))
+
+        written = [p.replace(annotation=torch.Tensor) if p.name == out else p for p in typed]
+        run_out.__signature__ = inspect.Signature(written, return_annotation=None)  # type: ignore[attr-defined]
+        entry.out_op = torch.library.custom_op(
+            "fi_patch::%s_out" % entry.name, run_out, mutates_args=(out,)
+        )
+        entry.out_op.register_fake(faked)
+    entry.names, entry.defaults, entry.positional = tuple(names), tuple(defaults), positional
+    _fi_patch_boundary_route(entry, at)
+
+
+# Dynamo traces `traced` where it meets the entry point: the arguments bound as Python binds
+# them (TypeError where Python raises one), then one op.
+def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
+    name, names, defaults, positional = entry.name, entry.names, entry.defaults, entry.positional
+    op = getattr(torch.ops.fi_patch, name)
+    out_op = getattr(torch.ops.fi_patch, name + "_out") if at >= 0 else None
+
+    def traced(*args: "Any", **kwargs: "Any") -> "Any":
+        values = _fi_patch_boundary_bind(name, names, defaults, positional, args, kwargs)
+        if out_op is not None and values[at] is not None:
+            out_op(*values)
+            return values[at]
+        return op(*values)
+
+    entry.fn._torchdynamo_inline = traced
+    entry.ready = True
+
+
+def _fi_patch_boundary_bind(
+    name: "str",
+    names: "Tuple[str, ...]",
+    defaults: "Tuple[Any, ...]",
+    positional: "int",
+    args: "Tuple[Any, ...]",
+    kwargs: "Dict[str, Any]",
+) -> "List[Any]":
+    if len(args) > positional:
+        raise TypeError(
+            "%s() takes %d positional arguments but %d were given" % (name, positional, len(args))
+        )
+    for key in kwargs:
+        if key not in names:
+            raise TypeError("%s() got an unexpected keyword argument %r" % (name, key))
+        if names.index(key) < len(args):
+            raise TypeError("%s() got multiple values for argument %r" % (name, key))
+    values = list(args)
+    for index in range(len(args), len(names)):
+        value = kwargs.get(names[index], defaults[index])
+        if value is _FiPatchRequired:
+            raise TypeError("%s() missing required argument %r" % (name, names[index]))
+        values.append(value)
+    return values
+
+
+# The type an op schema gives a parameter with this annotation and default, or None. A default
+# of None makes it optional (FlashInfer writes `out: torch.Tensor = None`); a Literal of strings
+# is a str; a union of several types has no schema type.
+def _fi_patch_op_type(annotation: "Any", default: "Any") -> "Any":
+    import types
+    import typing
+
+    optional = default is None
+    unions = (typing.Union, getattr(types, "UnionType", typing.Union))  # X | Y from Python 3.10
+    if typing.get_origin(annotation) in unions:
+        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(kinds) != 1:
+            return None
+        annotation, optional = kinds[0], True
+    if typing.get_origin(annotation) is typing.Literal:
+        literal = {type(value) for value in typing.get_args(annotation)}
+        annotation = literal.pop() if len(literal) == 1 else None
+    plain = (torch.Tensor, int, float, bool, str, torch.dtype, torch.device)
+    if annotation not in plain:
+        origin, items = typing.get_origin(annotation), typing.get_args(annotation)
+        if origin not in (list, tuple) or not items or items[0] not in (int, torch.Tensor):
+            return None
+        annotation = typing.List[items[0]]  # type: ignore[valid-type]
+    return typing.Optional[annotation] if optional else annotation
+
+
+# --- the fakes, by the name a patch gives -------------------------------------------------------
+
+
+# silu_and_mul, gelu_and_mul, gelu_tanh_and_mul: out is input's shape with the last dimension
+# halved, input's dtype, contiguous (flashinfer/activation.py allocates it with torch.empty).
+# The rule is how the release checks input: "16-bytes" (up to 0.7.2.post1: the last dimension a
+# multiple of 16 bytes) or "even" (0.7.4: an even last dimension).
+def _fi_patch_fake_act_and_mul(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    input, out = values["input"], values["out"]
+    if rule == "16-bytes" and input.shape[-1] * input.dtype.itemsize % 16 != 0:
+        raise ValueError("The pointers must be multiple of 16 bytes.")
+    if rule == "even" and input.shape[-1] % 2 != 0:
+        raise ValueError("The last dimension must be even (2 * hidden_size).")
+    if out is None:
+        return input.new_empty((*input.shape[:-1], input.shape[-1] // 2))
+    assert input.ndim == out.ndim, "%s != %s" % (input.ndim, out.ndim)
+    assert input.shape[:-1] == out.shape[:-1], "%s != %s" % (input.shape[:-1], out.shape[:-1])
+    assert input.shape[-1] == 2 * out.shape[-1], "%s != %s" % (
+        input.shape[-1],
+        2 * out.shape[-1],
+    )
+    return None
+
+
+# mm_fp4: FlashInfer's check (_check_mm_fp4_problem_size: 2-D operands, a.shape[1] ==
+# b.shape[0], the dtypes, alpha, out_dtype, the block size; ValueError), then out as mm_fp4
+# allocates it: (a.shape[0], b.shape[1]), out_dtype, on a's device, contiguous. With out= given
+# the op writes into it and returns nothing. The backend's own checks need the device: the op
+# runs them, eagerly.
+def _fi_patch_fake_mm_fp4(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    check(**values)
+    if values["out"] is not None:
+        return None
+    a, b = values["a"], values["b"]
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=values["out_dtype"])
+
+
+# bmm_fp8: FlashInfer's check (_check_bmm_fp8_problem_size: dtype bf16 or fp16; ValueError),
+# then out as bmm_fp8 allocates it: (A.shape[0], A.shape[1], B.shape[2]), dtype, on A's device,
+# contiguous.
+def _fi_patch_fake_bmm_fp8(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    check(**values)
+    if values["out"] is not None:
+        return None
+    a, b = values["A"], values["B"]
+    return a.new_empty((a.shape[0], a.shape[1], b.shape[2]), dtype=values["dtype"])
+
+
+_FiPatchFake = Callable[[Dict[str, Any], str, Any], Any]
+
+_fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
+    "act_and_mul": _fi_patch_fake_act_and_mul,
+    "mm_fp4": _fi_patch_fake_mm_fp4,
+    "bmm_fp8": _fi_patch_fake_bmm_fp8,
+}

@@ -1,0 +1,240 @@
+"""fi-patch's op boundary (placed/op_boundary.py) and the op-* patches, one public entry point
+each: the data against the real releases, the code placed once, and the whole life of the
+patches in real venvs with real releases (torch 2.14.1's CUDA build on a CPU; the proof traces
+with a backend that records the graph and never runs it, and stands in the kernels eagerly).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fi_patcher.codemod import compose, take_out
+from fi_patcher.errors import ExitCode
+from fi_patcher.model import Boundary
+from fi_patcher.registry import RegistryError, parse_patch, placed
+from tests.support.cli import fi_patch, patch_result
+from tests.support.deps import CUDA_TORCH, shared, use
+from tests.support.expected import PATCHES
+from tests.support.releases import (
+    ACTIVATION,
+    BMM_FP8,
+    BOUNDARIES,
+    DECLARED,
+    GELU,
+    GEMM,
+    MM_FP4,
+    SILU,
+    release,
+    released_text,
+)
+from tests.support.venvs import create_venv, install, python_of, site_packages
+
+# The releases issue 22 names, and the first of the 0.7 line.
+LIFECYCLE = ["0.6.7.post2", "0.6.8.post1", "0.7.0", "0.7.4"]
+ENTRY_POINTS = {
+    BMM_FP8: "bmm_fp8",
+    GELU: "gelu_and_mul",
+    "op-gelu-tanh-and-mul": "gelu_tanh_and_mul",
+    MM_FP4: "mm_fp4",
+    SILU: "silu_and_mul",
+}
+ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
+# What each proof shows, after its entry point's name: the call forms traced, and the inputs
+# whose error the fake raises as the eager call does.
+PROVEN = {
+    "act_and_mul": (
+        "positional, by keyword, out=, positional out, float16, a dynamic batch dimension",
+        "an odd last dimension, out of the wrong shape",
+    ),
+    "mm_fp4": (
+        "positional, by keyword, out=, a dynamic batch dimension",
+        "k that differs, out_dtype float32",
+    ),
+    "bmm_fp8": ("positional, by keyword, out=, a dynamic batch dimension", "dtype float32"),
+}
+
+
+def test_each_patch_names_its_entry_point_and_an_op_of_the_same_name() -> None:
+    """The proof finds the entry point by the patch's id: op-NAME, NAME with dashes."""
+    for patch_id in BOUNDARIES:
+        patch = PATCHES[patch_id]
+        assert isinstance(patch.operation, Boundary)
+        assert patch.function == ENTRY_POINTS[patch_id] == patch.operation.op
+        assert patch_id == "op-" + patch.function.replace("_", "-")
+        assert patch.requires.patches == (DECLARED,)
+
+
+def test_the_placed_files_define_each_name_once() -> None:
+    """declared_ops.py and op_boundary.py share flashinfer/utils.py's namespace: a name both
+    define would be the later one's in both (the first try lost _fi_patch_route that way)."""
+    defined: dict[str, list[str]] = {}
+    for name in ("declared_ops.py", "op_boundary.py"):
+        tree = ast.parse(placed(name, []) if name == "op_boundary.py" else _raw(name))
+        for node in tree.body:
+            targets = []
+            if isinstance(node, ast.FunctionDef | ast.ClassDef):
+                targets = [node.name]
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                found = node.targets if isinstance(node, ast.Assign) else [node.target]
+                targets = [t.id for t in found if isinstance(t, ast.Name)]
+            for target in targets:
+                defined.setdefault(target, []).append(name)
+    twice = {k: v for k, v in defined.items() if len(v) > 1}
+    assert twice == {}
+    assert "_fi_patch_boundary" in defined and "_fi_patch_custom_op" in defined
+
+
+def _raw(name: str) -> str:
+    from importlib import resources
+
+    return resources.files("fi_patcher.placed").joinpath(name).read_text(encoding="utf-8")
+
+
+def test_declared_ops_custom_places_the_boundary_code_after_its_own() -> None:
+    text = PATCHES[DECLARED].operation.definitions["route"]  # type: ignore[union-attr]
+    assert text.index("def _fi_patch_custom_op(") < text.index("def _fi_patch_boundary(")
+    assert "_fi_patch_checked = {\n" in text
+
+
+@pytest.mark.parametrize("version", ["0.6.8.post1", "0.7.4"])
+def test_the_function_stays_and_one_call_follows_it(version: str) -> None:
+    """The patched activation.py holds each function's released lines unchanged, and after each
+    one call naming its op, fake and rule; taking the patches out gives RECORD's bytes."""
+    original = released_text(release(version), ACTIVATION).decode("utf-8")
+    patches = [PATCHES[p] for p in ACTIVATIONS]
+    composed = compose(original, [(p, p.shapes) for p in patches], "9.9.9")
+    assert not hasattr(composed, "reason"), composed
+    text = composed.text  # type: ignore[union-attr]
+    rule = "even" if version == "0.7.4" else "16-bytes"
+    for patch in patches:
+        call = (
+            f'_fi_patch_boundary(\n        {patch.function}, "{patch.function}", '
+            f'fake="act_and_mul", rule="{rule}", out="out", returns=1\n    )'
+        )
+        assert call in text
+        assert f"# fi-patch: {patch.id} (fi-patch 9.9.9)\n" in text
+    removed = [line for line in original.splitlines() if line not in text.splitlines()]
+    assert removed == []
+    for patch in reversed(patches):
+        text = take_out(text, patch, composed.shapes[patch.id])  # type: ignore[union-attr,assignment]
+        assert text is not None
+    assert text == original
+
+
+def test_an_op_boundary_names_its_rule_and_requires_the_placed_code() -> None:
+    base = (Path(__file__).parents[1] / "patches" / f"{SILU}.toml").read_text()
+    with pytest.raises(RegistryError, match="requires declared-ops-custom"):
+        parse_patch("x.toml", base.replace('patches = ["declared-ops-custom"]', "patches = []"))
+    with pytest.raises(RegistryError, match="names no rule for its fake"):
+        parse_patch("x.toml", base.replace('text = "even"', 'text = ""'))
+
+
+# In the target after apply: the op each entry point traces to, the function left as FlashInfer
+# wrote it, TypeError where Python raises one, and no Dynamo imported by `import flashinfer`.
+IN_TARGET = """
+import json, sys, torch, flashinfer, flashinfer.utils as utils
+entry = utils._fi_patch_boundaries["silu_and_mul"]
+dynamo = "torch._dynamo" in sys.modules
+def graph(fn, *args):
+    graphs = []
+    class Recorded(Exception):
+        pass
+    def record(gm, inputs):
+        graphs.append(gm)
+        def never(*a):
+            raise Recorded()
+        return never
+    torch._dynamo.reset()
+    try:
+        torch.compile(fn, fullgraph=True, backend=record)(*args)
+    except Recorded:
+        pass
+    except Exception as exc:
+        return [type(exc).__name__, str(exc).splitlines()[0]]
+    return [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+x = torch.randn(4, 256, dtype=torch.bfloat16)
+print(json.dumps({
+    "ready": {name: e.ready for name, e in sorted(utils._fi_patch_boundaries.items())},
+    "schema": str(torch.ops.fi_patch.silu_and_mul.default._schema),
+    "out schema": str(torch.ops.fi_patch.silu_and_mul_out.default._schema),
+    "own": flashinfer.silu_and_mul is entry.fn and entry.fn.__code__.co_name == "silu_and_mul"
+    or entry.fn.__wrapped__.__code__.co_name == "silu_and_mul",
+    "unknown keyword": graph(lambda x: flashinfer.silu_and_mul(x, bogus=1), x),
+    "missing argument": graph(lambda x: flashinfer.silu_and_mul(out=x), x),
+    "two calls": graph(lambda x: flashinfer.gelu_and_mul(flashinfer.silu_and_mul(x)), x),
+    "mm_fp4 schema": str(torch.ops.fi_patch.mm_fp4.default._schema),
+    "dynamo imported": dynamo,
+}))
+"""
+
+
+def in_target(venv: Path, code: str) -> dict[str, object]:
+    completed = subprocess.run(
+        [python_of(venv), "-c", code], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    return dict(json.loads(completed.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("version", LIFECYCLE)
+def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: str) -> None:
+    venv = create_venv(tmp_path / "venv")
+    install(venv, release(version))
+    use(venv, shared(CUDA_TORCH))
+    originals = {f: released_text(release(version), f) for f in (ACTIVATION, GEMM)}
+    named = [x for p in (DECLARED, *BOUNDARIES) for x in ("--patch", p)]
+
+    before = fi_patch(runner, "check", "--venv", venv, *named, "--json")
+    assert before.code == ExitCode.NEEDS_APPLY, before.stdout
+    for patch_id in BOUNDARIES:
+        assert patch_result(before.json, patch_id)["state"] == "pristine"
+
+    run = fi_patch(runner, "apply", "--venv", venv, *named, "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    for patch_id in BOUNDARIES:
+        proofs = patch_result(run.json, patch_id)["verification"]
+        assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
+        name = ENTRY_POINTS[patch_id]
+        assert f"no op boundary for {name}" in proofs["before"]["summary"]
+        forms, refused = PROVEN[PATCHES[patch_id].operation.fake]  # type: ignore[union-attr]
+        assert proofs["after"]["summary"] == (
+            f"passes ({name} traces to one fi_patch op per call ({forms}), runs as it is "
+            f"eagerly, and its fake gives the eager call's shapes, strides, dtypes and errors "
+            f"({refused}))"
+        )
+
+    after = fi_patch(runner, "check", "--venv", venv, *named)
+    assert after.code == ExitCode.OK, after.stdout
+    seen = in_target(venv, IN_TARGET)
+    assert seen["ready"] == dict.fromkeys(sorted(ENTRY_POINTS.values()), True)
+    assert seen["schema"] == (
+        "fi_patch::silu_and_mul(Tensor input, Tensor? out, bool? enable_pdl) -> Tensor"
+    )
+    assert seen["out schema"] == (
+        "fi_patch::silu_and_mul_out(Tensor input, Tensor(a1!) out, bool? enable_pdl) -> ()"
+    )
+    assert seen["own"] is True
+    # Dynamo stops on the TypeError the binding raises, as Python would stop on it.
+    assert (
+        seen["unknown keyword"] == seen["missing argument"] == ["Unsupported", "Observed exception"]
+    )
+    assert seen["two calls"] == ["fi_patch.silu_and_mul", "fi_patch.gelu_and_mul"]
+    # mm_fp4's op carries every parameter: the backend (a Literal of names) as a str, which the
+    # op's eager call passes on, so it keeps choosing the backend.
+    schema = str(seen["mm_fp4 schema"])
+    assert schema.startswith("fi_patch::mm_fp4(Tensor a, Tensor b, Tensor a_descale, ")
+    assert "ScalarType out_dtype, Tensor? out, SymInt block_size, " in schema
+    assert "str backend, bool use_nvfp4, bool enable_pdl" in schema
+    assert ("bool batch_invariant" in schema) == (version == "0.7.4")
+    assert seen["dynamo imported"] is False
+
+    reverted = fi_patch(runner, "revert", "--venv", venv)
+    assert reverted.code == ExitCode.OK, reverted.stdout
+    for relpath, original in originals.items():
+        assert (site_packages(venv) / relpath).read_bytes() == original
