@@ -9,6 +9,9 @@ from __future__ import annotations
 import ast
 import json
 import subprocess
+import sys
+import tarfile
+from io import BytesIO
 from pathlib import Path
 
 import pytest
@@ -29,10 +32,12 @@ from tests.support.releases import (
     GELU,
     GEMM,
     MM_FP4,
+    MM_FP8,
     SILU,
     release,
     released_text,
 )
+from tests.support.tool import ROOT
 from tests.support.venvs import create_venv, install, python_of, site_packages
 
 # The releases issue 22 names, and the first of the 0.7 line.
@@ -42,6 +47,7 @@ ENTRY_POINTS = {
     GELU: "gelu_and_mul",
     "op-gelu-tanh-and-mul": "gelu_tanh_and_mul",
     MM_FP4: "mm_fp4",
+    MM_FP8: "mm_fp8",
     SILU: "silu_and_mul",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
@@ -57,6 +63,10 @@ PROVEN = {
         "k that differs, out_dtype float32",
     ),
     "bmm_fp8": ("positional, by keyword, out=, a dynamic batch dimension", "dtype float32"),
+    "mm_fp8": (
+        "positional, by keyword, out=, a dynamic batch dimension",
+        "out_dtype float16, out of the wrong shape",
+    ),
 }
 
 
@@ -133,6 +143,12 @@ def test_an_op_boundary_names_its_rule_and_requires_the_placed_code() -> None:
         parse_patch("x.toml", base.replace('patches = ["declared-ops-custom"]', "patches = []"))
     with pytest.raises(RegistryError, match="names no rule for its fake"):
         parse_patch("x.toml", base.replace('text = "even"', 'text = ""'))
+    # The fakes and their rules are read from placed/op_boundary.py: a typo cannot silently
+    # turn a check off.
+    with pytest.raises(RegistryError, match="the fake act_and_mul has no rule 'odd'"):
+        parse_patch("x.toml", base.replace('text = "even"', 'text = "odd"'))
+    with pytest.raises(RegistryError, match="has no fake 'act_and_add'"):
+        parse_patch("x.toml", base.replace('fake = "act_and_mul"', 'fake = "act_and_add"'))
 
 
 # In the target after apply: the op each entry point traces to, the function left as FlashInfer
@@ -158,13 +174,40 @@ def graph(fn, *args):
     except Exception as exc:
         return [type(exc).__name__, str(exc).splitlines()[0]]
     return [str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"]
+def binding(fn, *args, **kwargs):
+    # How the traced path binds a call, against Python's own binding of the entry point.
+    import inspect
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+        python = "binds"
+    except TypeError:
+        python = "TypeError"
+    try:
+        utils._fi_patch_boundary_bind(
+            entry.name, entry.names, entry.defaults, entry.positional, args, kwargs
+        )
+        ours = "binds"
+    except TypeError:
+        ours = "TypeError"
+    return [python, ours]
 x = torch.randn(4, 256, dtype=torch.bfloat16)
 print(json.dumps({
     "ready": {name: e.ready for name, e in sorted(utils._fi_patch_boundaries.items())},
     "schema": str(torch.ops.fi_patch.silu_and_mul.default._schema),
     "out schema": str(torch.ops.fi_patch.silu_and_mul_out.default._schema),
-    "own": flashinfer.silu_and_mul is entry.fn and entry.fn.__code__.co_name == "silu_and_mul"
-    or entry.fn.__wrapped__.__code__.co_name == "silu_and_mul",
+    "own": flashinfer.silu_and_mul is entry.fn and (
+        entry.fn.__code__.co_name == "silu_and_mul"
+        or entry.fn.__wrapped__.__code__.co_name == "silu_and_mul"
+    ),
+    "binding": [
+        binding(entry.fn, x),
+        binding(entry.fn, x, None, False),
+        binding(entry.fn, input=x, enable_pdl=False),
+        binding(entry.fn, x, None, False, 1),
+        binding(entry.fn, x, input=x),
+        binding(entry.fn, out=x),
+        binding(entry.fn, x, bogus=1),
+    ],
     "unknown keyword": graph(lambda x: flashinfer.silu_and_mul(x, bogus=1), x),
     "missing argument": graph(lambda x: flashinfer.silu_and_mul(out=x), x),
     "two calls": graph(lambda x: flashinfer.gelu_and_mul(flashinfer.silu_and_mul(x)), x),
@@ -205,8 +248,8 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         forms, refused = PROVEN[PATCHES[patch_id].operation.fake]  # type: ignore[union-attr]
         assert proofs["after"]["summary"] == (
             f"passes ({name} traces to one fi_patch op per call ({forms}), runs as it is "
-            f"eagerly, and its fake gives the eager call's shapes, strides, dtypes and errors "
-            f"({refused}))"
+            f"eagerly, and its op and the op's fake give the eager call's shapes, strides, "
+            f"dtypes and errors ({refused}))"
         )
 
     after = fi_patch(runner, "check", "--venv", venv, *named)
@@ -220,6 +263,8 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         "fi_patch::silu_and_mul_out(Tensor input, Tensor(a1!) out, bool? enable_pdl) -> ()"
     )
     assert seen["own"] is True
+    # The traced path binds a call as Python binds it, and refuses what Python refuses.
+    assert seen["binding"] == [["binds", "binds"]] * 3 + [["TypeError", "TypeError"]] * 4
     # Dynamo stops on the TypeError the binding raises, as Python would stop on it.
     assert (
         seen["unknown keyword"] == seen["missing argument"] == ["Unsupported", "Observed exception"]
@@ -238,3 +283,59 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     assert reverted.code == ExitCode.OK, reverted.stdout
     for relpath, original in originals.items():
         assert (site_packages(venv) / relpath).read_bytes() == original
+
+
+# The last commit of fi-patch 0.7.0 on main: declared-ops-custom without the op boundary's code.
+RELEASE_0_7_0 = "b125b01"
+
+
+@pytest.fixture(scope="module")
+def tool_0_7_0(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """fi-patch 0.7.0 in a venv of its own, built from the repository's history."""
+    folder = tmp_path_factory.mktemp("fi-patch-0.7.0")
+    archive = subprocess.run(
+        ["git", "-C", ROOT, "archive", "--format=tar", RELEASE_0_7_0],
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(folder / "fi-patch", filter="data")
+    subprocess.run([sys.executable, "-m", "venv", folder / "venv"], check=True)
+    pip = [folder / "venv" / "bin" / "python", "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, folder / "fi-patch"], check=True)
+    return folder / "venv" / "bin" / "fi-patch"
+
+
+def test_an_upgrade_writes_utils_again_for_the_op_boundaries(
+    runner: CliRunner, tmp_path: Path, tool_0_7_0: Path
+) -> None:
+    """fi-patch 0.7.0 placed declared-ops-custom without the op boundary's code. This version's
+    apply writes flashinfer/utils.py again, as it writes it, for the op-* patches that need it,
+    says so, proves it, and records it; `check` then exits 0."""
+    venv = create_venv(tmp_path / "venv")
+    install(venv, release("0.7.4"))
+    use(venv, shared(CUDA_TORCH))
+    old = subprocess.run(
+        [tool_0_7_0, "apply", "--venv", venv, "--patch", DECLARED, "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert old.returncode == ExitCode.OK, old.stdout + old.stderr
+
+    plan = fi_patch(runner, "check", "--venv", venv, "--patch", DECLARED, "--patch", SILU)
+    assert plan.code == ExitCode.NEEDS_APPLY, plan.stdout
+    run = fi_patch(runner, "apply", "--venv", venv, "--patch", DECLARED, "--patch", SILU, "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    declared = patch_result(run.json, DECLARED)
+    assert declared["action"] == "rewritten"
+    assert declared["message"].startswith(
+        "flashinfer/utils.py is written again as fi-patch 0.8.0 writes it, for op-silu-and-mul"
+    )
+    assert declared["verification"]["after"]["passed"] is True
+    assert patch_result(run.json, SILU)["action"] == "applied"
+    manifest = json.loads((venv / ".fi-patch" / "manifest.json").read_text())
+    versions = {p["id"]: p["fi_patch_version"] for f in manifest["files"] for p in f["patches"]}
+    assert versions == {DECLARED: "0.8.0", SILU: "0.8.0"}
+    after = fi_patch(runner, "check", "--venv", venv, "--patch", DECLARED, "--patch", SILU)
+    assert after.code == ExitCode.OK, after.stdout

@@ -114,6 +114,7 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: op-gelu-and-mul not-applicable",
         f"{venv}: op-gelu-tanh-and-mul not-applicable",
         f"{venv}: op-mm-fp4 not-applicable",
+        f"{venv}: op-mm-fp8 not-applicable",
         f"{venv}: op-silu-and-mul not-applicable",
     ]
     apply = fi_patch(runner, "-q", "apply", "--venv", venv, "--no-verify")

@@ -7,11 +7,11 @@ Run it with the target environment's own python, after `fi-patch apply` there:
     /root/ml-env/bin/python scripts/gpu/boundaries.py --out boundaries-gpu.json
 
 (`make gpu-check TARGET=/root/ml-env` runs it after the other GPU scripts.) For each entry point
-an op-* patch gives an op (the activations, mm_fp4, bmm_fp8), called without and with `out=`, it
-compares `torch.compile(fullgraph=True)` (the default backend, Inductor) with the eager call, bit
-for bit; then captures the compiled function in a CUDA graph, replays it on new input, and
-compares again. An entry point the release does not have, or whose boundary fi-patch left as it
-is, is named and not checked. One line per case; JSON with --out.
+an op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8), called without and with
+`out=`, it compares `torch.compile(fullgraph=True)` (the default backend, Inductor) with the
+eager call, bit for bit; then captures the compiled function in a CUDA graph, replays it on new
+input, and compares again. An entry point the release does not have, or whose boundary fi-patch
+left as it is, is named and not checked. One line per case; JSON with --out.
 
 Exit status: 0 every case equal, 1 a case differs or fails, 77 no CUDA device (nothing checked;
 CI never runs this script).
@@ -56,9 +56,14 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
         return quantized, factors, scale
 
     if hasattr(f, "mm_fp4") and hasattr(f, "nvfp4_quantize"):
-        a, sa, ga = nvfp4(t(m, k))
-        w, sw, gw = nvfp4(t(n, k))
+        # Each maker quantizes fresh operands: the replay runs on new input. The scales are
+        # those of the first operands (a scale is data the graph reads, like any input).
+        _, sa, ga = nvfp4(t(m, k))
+        _, sw, gw = nvfp4(t(n, k))
         alpha = (1.0 / (ga * gw)).reshape(1).float()
+
+        def operand(rows):  # type: ignore[no-untyped-def]
+            return lambda: nvfp4(t(rows, k))[0]
 
         def gemm(a, w):  # type: ignore[no-untyped-def]
             return (f.mm_fp4(a, w.T, sa, sw.T, alpha, torch.bfloat16),)
@@ -67,16 +72,26 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
             f.mm_fp4(a, w.T, sa, sw.T, alpha, torch.bfloat16, out=o)
             return (o,)
 
-        yield "mm_fp4", "mm_fp4", (lambda: a.clone(), lambda: w.clone()), gemm
-        yield (
-            "mm_fp4 out=",
-            "mm_fp4",
-            (lambda: a.clone(), lambda: w.clone(), lambda: t(m, n)),
-            gemm_into,
-        )
+        yield "mm_fp4", "mm_fp4", (operand(m), operand(n)), gemm
+        yield "mm_fp4 out=", "mm_fp4", (operand(m), operand(n), lambda: t(m, n)), gemm_into
 
     fp8 = torch.float8_e4m3fn
     one = torch.ones((), device="cuda")
+
+    # mm_fp8: a (m, k) times the weight prepare_low_latency_gemm_weights makes of an (n, k) one.
+    if hasattr(f, "mm_fp8") and hasattr(f, "prepare_low_latency_gemm_weights"):
+        prepared = f.prepare_low_latency_gemm_weights(torch.randn(n, k, device="cuda").to(fp8))
+
+        def low_latency(a):  # type: ignore[no-untyped-def]
+            return (f.mm_fp8(a, prepared, one.reshape(1)),)
+
+        def low_latency_into(a, o):  # type: ignore[no-untyped-def]
+            f.mm_fp8(a, prepared, one.reshape(1), out=o)
+            return (o,)
+
+        a8 = (lambda: torch.randn(16, k, device="cuda").to(fp8),)
+        yield "mm_fp8", "mm_fp8", a8, low_latency
+        yield "mm_fp8 out=", "mm_fp8", (*a8, lambda: t(16, n)), low_latency_into
 
     def fp8_of(*shape):  # type: ignore[no-untyped-def]
         return lambda: torch.randn(*shape, device="cuda").to(fp8)

@@ -35,6 +35,7 @@ from fi_patcher.target import Inspection, foreign, imported_instead, original_of
 _WOULD: dict[str, Would] = {
     "add": "write",
     "finish": "write",
+    "refresh": "write",
     "already-applied": "nothing",
     "not-applicable": "nothing",
     "left-out": "left-out",

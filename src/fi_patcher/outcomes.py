@@ -18,6 +18,7 @@ from fi_patcher.target import Inspection
 _ACTION: Mapping[StepAction, PatchAction] = {
     "add": "applied",
     "finish": "finished",
+    "refresh": "rewritten",
     "already-applied": "already-applied",
     "not-applicable": "not-applicable",
     "left-out": "left-out",
@@ -97,17 +98,19 @@ def _applied_patch(
     state: PatchState, step: Step, file: FileOutcome | None, failed: bool, done: Done | None
 ) -> PatchOutcome:
     action: PatchAction = _ACTION[step.action]
-    message = step.reason if action == "left-out" else ""
+    message = step.reason if action in ("left-out", "rewritten") else ""
     if file is not None and file.action == "would-write" and step.action == "add":
         action = "would-apply"
-    if step.action in ("add", "finish"):
+    if file is not None and file.action == "would-write" and step.action == "refresh":
+        action = "would-rewrite"
+    if step.action in ("add", "finish", "refresh"):
         if file is not None and file.action in ("rolled-back", "restored"):
             action = "rolled-back"
         elif file is not None and file.action == "stranded":
             action, message = "stranded", file.message
         elif file is None and failed:
             # Never written (an add: the file is as it was) or never proven (a finish).
-            action = "rolled-back" if step.action == "add" else "left-out"
+            action = "left-out" if step.action == "finish" else "rolled-back"
             message = _UNREACHED if step.action == "finish" else ""
     before = done.before.get(step.patch.id) if done else None
     after = done.after.get(step.patch.id) if done else None

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from fi_patcher import __version__
 from fi_patcher.errors import (
     Drifted,
     FiPatchError,
@@ -36,7 +37,9 @@ from fi_patcher.model import (
 )
 from fi_patcher.registry import known, load_patches, required
 
-StepAction = Literal["add", "finish", "already-applied", "not-applicable", "left-out", "refuse"]
+StepAction = Literal[
+    "add", "finish", "refresh", "already-applied", "not-applicable", "left-out", "refuse"
+]
 """finish: prove and record the bytes an interrupted run left; refuse: apply stops on this patch
 (`Step.refusal` says why) and writes nothing at all."""
 RevertAction = Literal[
@@ -67,7 +70,7 @@ class Step:
     @property
     def writes(self) -> bool:
         """Whether apply changes something for this patch: its bytes, or only its record."""
-        return self.action in ("add", "finish")
+        return self.action in ("add", "finish", "refresh")
 
 
 @dataclass(frozen=True)
@@ -80,10 +83,14 @@ class FilePlan:
     adding: tuple[Patch, ...]
     shapes: Mapping[str, Shape] = field(default_factory=dict)
     """The shape of each of `patches`, by patch id: the change each writes."""
+    refresh: tuple[str, ...] = ()
+    """Patches the file holds as an older fi-patch wrote them, which a patch being added requires:
+    the file is written again from its original, in this fi-patch's words (the op-* patches need
+    the op boundary's code that declared-ops-custom places from 0.8.0)."""
 
     @property
     def writes(self) -> bool:
-        return bool(self.adding)
+        return bool(self.adding or self.refresh)
 
 
 @dataclass(frozen=True)
@@ -130,11 +137,32 @@ def plan_apply(
     judged = judgement or Judgement()
     steps = [_step(state, installed, force, judged) for state in assessment.patches]
     planned = _requirements(steps, assessment, chosen)
+    files = _files(planned, assessment)
     return ApplyPlan(
-        tuple(planned),
-        tuple(_files(planned, assessment)),
+        tuple(_refreshed(planned, files)),
+        tuple(files),
         frozenset(s.patch.id for s in planned if s.forced),
     )
+
+
+def _refreshed(steps: list[Step], files: Sequence[FilePlan]) -> list[Step]:
+    """The patches a file written again holds (an older fi-patch wrote them, and a patch being
+    added requires one of them) are written again too: their steps say so."""
+    again = {p.id: f for f in files if f.refresh for p in f.patches}
+    adding = [s.patch for s in steps if s.action == "add"]
+    planned = []
+    for step in steps:
+        file = again.get(step.patch.id)
+        if step.action == "already-applied" and file is not None:
+            by = [p.id for p in adding if set(file.refresh) & set(p.requires.patches)]
+            step = Step(
+                step.patch,
+                "refresh",
+                f"{file.state.relpath} is written again as fi-patch {__version__} writes it, "
+                f"for {', '.join(by)} ({step.reason})",
+            )
+        planned.append(step)
+    return planned
 
 
 def _step(state: PatchState, installed: Installed, force: bool, judged: Judgement) -> Step:
@@ -201,18 +229,24 @@ def _requirements(steps: list[Step], assessment: Assessment, chosen: PatchSet) -
 
 def _files(steps: Sequence[Step], assessment: Assessment) -> list[FilePlan]:
     registry = load_patches()
+    required = {r for s in steps if s.action == "add" for r in s.patch.requires.patches}
     plans = []
     for relpath, file in assessment.files.items():
         adding = [s for s in steps if s.action == "add" and s.patch.target == relpath]
         finishing = any(s.action == "finish" and s.patch.target == relpath for s in steps)
-        if not adding and not finishing:
+        written = file.record.patches if file.record is not None else ()
+        refresh = tuple(
+            p.id for p in written if p.id in required and p.fi_patch_version != __version__
+        )
+        if not adding and not finishing and not refresh:
             continue
         held = set(file.applied) | {s.patch.id for s in adding}
         patches = tuple(replace(p, target=relpath) for p in registry if p.id in held)
         shapes = recorded_shapes(file.record, patches) | {
             s.patch.id: s.shape for s in adding if s.shape is not None
         }
-        plans.append(FilePlan(file, patches, tuple(s.patch for s in adding), shapes))
+        adds = tuple(s.patch for s in adding)
+        plans.append(FilePlan(file, patches, adds, shapes, refresh if not finishing else ()))
     return plans
 
 

@@ -6,6 +6,7 @@ applied patches inserted in that order, and a patch may only require patches bef
 
 from __future__ import annotations
 
+import ast
 import tomllib
 from collections.abc import Iterable, Sequence
 from functools import cache
@@ -193,11 +194,34 @@ def _parse_shape(data: dict[str, Any]) -> Shape:
 
 def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
     problems = [f"shape {s.name} names no rule for its fake" for s in patch.shapes if not s.text]
+    rules = boundary_rules()
+    if boundary.fake not in rules:
+        problems.append(f"placed/op_boundary.py has no fake {boundary.fake!r}")
+    problems += [
+        f"shape {s.name}: the fake {boundary.fake} has no rule {s.text!r}"
+        for s in patch.shapes
+        if s.text and boundary.fake in rules and s.text not in rules[boundary.fake]
+    ]
+    if not boundary.op.isidentifier():
+        problems.append(f"op {boundary.op!r} is not a name")
     if boundary.returns < 1:
         problems.append("an op boundary returns one tensor or more")
     if "declared-ops-custom" not in patch.requires.patches:
         problems.append("an op boundary requires declared-ops-custom, which places its code")
     return problems
+
+
+@cache
+def boundary_rules() -> dict[str, tuple[str, ...]]:
+    """The fakes of placed/op_boundary.py and the rules each knows (`_fi_patch_boundary_rules`),
+    read from its text: fi-patch never imports what it places."""
+    text = resources.files("fi_patcher.placed").joinpath("op_boundary.py").read_text("utf-8")
+    for node in ast.parse(text).body:
+        if not isinstance(node, ast.Assign):
+            continue
+        if [getattr(t, "id", "") for t in node.targets] == ["_fi_patch_boundary_rules"]:
+            return dict(ast.literal_eval(node.value))
+    raise RegistryError("placed/op_boundary.py has no _fi_patch_boundary_rules")
 
 
 def _parse_requirements(data: dict[str, Any]) -> Requirements:

@@ -218,6 +218,11 @@ def _line(patch: PatchOutcome) -> tuple[str, str]:
     lines = {
         "applied": ("green", f"applied {ident} to {state.patch.target}"),
         "would-apply": ("yellow", f"would apply {ident} to {state.patch.target}"),
+        "rewritten": ("green", f"rewrote {ident} in {state.patch.target}: {patch.message}"),
+        "would-rewrite": (
+            "yellow",
+            f"would rewrite {ident} in {state.patch.target}: {patch.message}",
+        ),
         "already-applied": ("green", f"{ident}: already applied ({state.reason})"),
         "not-applicable": ("cyan", f"{ident}: {patch.message or state.reason}"),
         "left-out": ("yellow", f"{ident}: left out: {patch.message}"),

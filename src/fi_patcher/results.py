@@ -25,6 +25,8 @@ error: it changed nothing."""
 PatchAction = Literal[
     "applied",
     "would-apply",
+    "rewritten",
+    "would-rewrite",
     "already-applied",
     "not-applicable",
     "left-out",

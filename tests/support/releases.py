@@ -42,11 +42,12 @@ BMM_FP8 = "op-bmm-fp8"
 GELU = "op-gelu-and-mul"
 GELU_TANH = "op-gelu-tanh-and-mul"
 MM_FP4 = "op-mm-fp4"
+MM_FP8 = "op-mm-fp8"
 SILU = "op-silu-and-mul"
-BOUNDARIES = (BMM_FP8, GELU, GELU_TANH, MM_FP4, SILU)
+BOUNDARIES = (BMM_FP8, GELU, GELU_TANH, MM_FP4, MM_FP8, SILU)
 """The op-boundary patches, one public entry point each, in registry order: the activations
-(flashinfer/activation.py, from 0.6.0), bmm_fp8 (from 0.6.0) and mm_fp4 (from 0.6.7) in
-flashinfer/gemm/gemm_base.py."""
+(flashinfer/activation.py, from 0.6.0), bmm_fp8 and mm_fp8 (from 0.6.0) and mm_fp4 (from 0.6.7)
+in flashinfer/gemm/gemm_base.py."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 

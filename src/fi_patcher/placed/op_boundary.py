@@ -19,7 +19,7 @@
 #
 # Annotations are strings: the host's Python (3.8 for older releases) never evaluates them, and
 # mypy reads them.
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
@@ -60,13 +60,13 @@ def _fi_patch_boundary(
         checking = _fi_patch_boundary_check(fn, check)
         if check and checking is None:
             entry.reason = "its module has no function %s" % check
+        elif rule not in _fi_patch_boundary_rules.get(fake, ()):
+            entry.reason = "fi-patch has no fake %r with the rule %r" % (fake, rule)
         else:
-            made = _fi_patch_boundary_fakes.get(fake)
+            made = _fi_patch_boundary_fakes[fake]
             _fi_patch_make_boundary(entry, made, rule, checking, out, returns)
     except Exception as exc:
         entry.reason = "torch cannot make it an op: %s" % (str(exc).strip().splitlines() or [""])[0]
-    if not entry.ready and not entry.reason:
-        entry.reason = "fi-patch has no fake named %r" % fake
     return fn
 
 
@@ -82,7 +82,7 @@ def _fi_patch_boundary_check(fn: "Any", check: "str") -> "Any":
 
 def _fi_patch_make_boundary(
     entry: "_FiPatchBoundary",
-    fake: "Optional[_FiPatchFake]",
+    fake: "_FiPatchFake",
     rule: "str",
     check: "Any",
     out: "str",
@@ -91,17 +91,19 @@ def _fi_patch_make_boundary(
     import inspect
     import typing
 
-    if fake is None:
-        return
     fn = entry.fn
     hints = typing.get_type_hints(fn)
     names: "List[str]" = []
     defaults: "List[Any]" = []
     typed: "List[inspect.Parameter]" = []
     positional = 0
+    tuples: "List[str]" = []
     for parameter in inspect.signature(fn).parameters.values():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             entry.reason = "it takes *%s, which no op schema holds" % parameter.name
+            return
+        if parameter.kind == parameter.POSITIONAL_ONLY:
+            entry.reason = "parameter %s is positional only" % parameter.name
             return
         if parameter.kind != parameter.KEYWORD_ONLY:
             positional += 1
@@ -115,6 +117,8 @@ def _fi_patch_make_boundary(
             return
         if parameter.name == out:
             kind = typing.Optional[torch.Tensor]
+        if _fi_patch_is_tuple(hints.get(parameter.name)):
+            tuples.append(parameter.name)
         names.append(parameter.name)
         defaults.append(_FiPatchRequired if default is parameter.empty else default)
         typed.append(
@@ -125,8 +129,16 @@ def _fi_patch_make_boundary(
         return
     result = torch.Tensor if returns == 1 else typing.Tuple[(torch.Tensor,) * returns]
 
+    def arguments(values: "Tuple[Any, ...]") -> "Dict[str, Any]":
+        # An op schema holds a sequence as a list: FlashInfer compares some with tuples.
+        named = dict(zip(names, values))
+        for name in tuples:
+            if named[name] is not None:
+                named[name] = tuple(named[name])
+        return named
+
     def run(*values: "Any") -> "Any":
-        return fn(**dict(zip(names, values)))
+        return fn(**arguments(values))
 
     def faked(*values: "Any") -> "Any":
         return fake(dict(zip(names, values)), rule, check)
@@ -134,11 +146,16 @@ def _fi_patch_make_boundary(
     run.__signature__ = inspect.Signature(typed, return_annotation=result)  # type: ignore[attr-defined]
     entry.op = torch.library.custom_op("fi_patch::" + entry.name, run, mutates_args=())
     entry.op.register_fake(faked)
+    # FlashInfer's kernels have no backward, and the tensors they return never require grad:
+    # nor do the op's, so that a compiled graph with an input that requires grad traces as the
+    # eager call runs. (torch takes no autograd formula for an op that writes its input: the
+    # out= op has none.)
+    entry.op.register_autograd(_fi_patch_boundary_no_grad, setup_context=_fi_patch_no_grad_setup)
     at = names.index(out) if out else -1
     if out:
 
         def run_out(*values: "Any") -> "None":
-            fn(**dict(zip(names, values)))
+            fn(**arguments(values))
 
         written = [p.replace(annotation=torch.Tensor) if p.name == out else p for p in typed]
         run_out.__signature__ = inspect.Signature(written, return_annotation=None)  # type: ignore[attr-defined]
@@ -148,6 +165,23 @@ def _fi_patch_make_boundary(
         entry.out_op.register_fake(faked)
     entry.names, entry.defaults, entry.positional = tuple(names), tuple(defaults), positional
     _fi_patch_boundary_route(entry, at)
+
+
+def _fi_patch_no_grad_setup(ctx: "Any", inputs: "Any", output: "Any") -> "None":
+    outputs = output if isinstance(output, (tuple, list)) else [output]
+    ctx.mark_non_differentiable(*[o for o in outputs if isinstance(o, torch.Tensor)])
+    ctx.inputs = len(inputs)
+
+
+def _fi_patch_boundary_no_grad(ctx: "Any", *grads: "Any") -> "Any":
+    return (None,) * ctx.inputs
+
+
+def _fi_patch_is_tuple(annotation: "Any") -> "bool":
+    import typing
+
+    kinds = [annotation, *typing.get_args(annotation)]
+    return any(typing.get_origin(k) is tuple for k in kinds)
 
 
 # Dynamo traces `traced` where it meets the entry point: the arguments bound as Python binds
@@ -244,13 +278,19 @@ def _fi_patch_fake_act_and_mul(values: "Dict[str, Any]", rule: "str", check: "An
     return None
 
 
+# FlashInfer's check, as @backend_requirement runs it: a false answer refuses the problem too.
+def _fi_patch_checked_problem(check: "Any", values: "Dict[str, Any]") -> "None":
+    if not check(**values):
+        raise ValueError("Problem size is not supported")
+
+
 # mm_fp4: FlashInfer's check (_check_mm_fp4_problem_size: 2-D operands, a.shape[1] ==
 # b.shape[0], the dtypes, alpha, out_dtype, the block size; ValueError), then out as mm_fp4
 # allocates it: (a.shape[0], b.shape[1]), out_dtype, on a's device, contiguous. With out= given
 # the op writes into it and returns nothing. The backend's own checks need the device: the op
 # runs them, eagerly.
 def _fi_patch_fake_mm_fp4(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
-    check(**values)
+    _fi_patch_checked_problem(check, values)
     if values["out"] is not None:
         return None
     a, b = values["a"], values["b"]
@@ -261,17 +301,52 @@ def _fi_patch_fake_mm_fp4(values: "Dict[str, Any]", rule: "str", check: "Any") -
 # then out as bmm_fp8 allocates it: (A.shape[0], A.shape[1], B.shape[2]), dtype, on A's device,
 # contiguous.
 def _fi_patch_fake_bmm_fp8(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
-    check(**values)
+    _fi_patch_checked_problem(check, values)
     if values["out"] is not None:
         return None
     a, b = values["A"], values["B"]
     return a.new_empty((a.shape[0], a.shape[1], b.shape[2]), dtype=values["dtype"])
 
 
+# mm_fp8: out as mm_fp8 allocates it, (a.shape[0], n), bf16 only, contiguous, with n the weight's
+# second dimension for the trtllm_low_latency backend (a prepared (k // 128, n, 128) weight; auto
+# picks it for a 3-D weight) and its first for the others (a plain (n, k) weight). The rule says
+# how the release refuses a backend: "trtllm-only" (up to 0.6.18.post1: ValueError for any other)
+# or "backends" (0.7: @backend_requirement refuses it first, with BackendSupportedError). Then
+# mm_fp8's own checks, ValueError: out_dtype bf16; a given out bf16, of that shape, on a's device.
+def _fi_patch_fake_mm_fp8(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    a, b, out, backend = values["a"], values["b"], values["out"], values["backend"]
+    trtllm = backend == "trtllm_low_latency" or (backend == "auto" and b.ndim == 3)
+    if rule == "trtllm-only" and backend != "trtllm_low_latency":
+        raise ValueError("Unsupported backend: %s." % backend)
+    n = b.shape[1] if trtllm else b.shape[0]
+    if out is None:
+        if values["out_dtype"] != torch.bfloat16:
+            raise ValueError("Unsupported output dtype: %s." % values["out_dtype"])
+        return a.new_empty((a.shape[0], n), dtype=values["out_dtype"])
+    if out.dtype != torch.bfloat16 or out.dtype != values["out_dtype"]:
+        raise ValueError("Unsupported output dtype: %s." % out.dtype)
+    if tuple(out.shape) != (a.shape[0], n):
+        raise ValueError("Output shape mismatch. Expected %s." % ((a.shape[0], n),))
+    if out.device != a.device:
+        raise ValueError("Output device mismatch. Expected %s." % a.device)
+    return None
+
+
 _FiPatchFake = Callable[[Dict[str, Any], str, Any], Any]
+
+# The rules each fake knows: a patch naming another is refused when the registry loads it, and
+# an entry point given one is left as it is.
+_fi_patch_boundary_rules = {
+    "act_and_mul": ("16-bytes", "even"),
+    "mm_fp4": ("checked",),
+    "bmm_fp8": ("checked",),
+    "mm_fp8": ("trtllm-only", "backends"),
+}
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "act_and_mul": _fi_patch_fake_act_and_mul,
     "mm_fp4": _fi_patch_fake_mm_fp4,
     "bmm_fp8": _fi_patch_fake_bmm_fp8,
+    "mm_fp8": _fi_patch_fake_mm_fp8,
 }

@@ -11,9 +11,11 @@
 #   dispatches no op: the entry point runs as it is. The GEMMs first ask the device (answered as
 #   a GPU host answers: compute capability 10.0) and allocate their output before the
 #   workspace; the eager call stops at the workspace, and what it allocated is its output;
-# - the op's fake, run the way Dynamo runs it (the traced path, under a FakeTensorMode), gives
-#   the shapes, strides and dtypes the eager call returns.
-# And for each input the entry point refuses, the fake raises the exception the eager call raises.
+# - the op run eagerly (the traced path outside a trace: its body calls the entry point by
+#   keyword, the getters stood in) and the op's fake, run the way Dynamo runs it (the traced
+#   path under a FakeTensorMode), both give the shapes, strides and dtypes the eager call returns.
+# And for each input the entry point refuses, the op and its fake raise the exception the eager
+# call raises (its type).
 # Unpatched, flashinfer.utils has no _fi_patch_boundaries and the trace stops in the JIT loader.
 
 
@@ -137,26 +139,65 @@ def forms(torch, f, name):
             ),
         ]
         return calls, refused
+    if name == "mm_fp8":
+        # a: (m, k); b: the (k // 128, n, 128) weight prepare_low_latency_gemm_weights makes.
+        a = torch.randn(8, 256).to(fp8)
+        w = torch.randn(2, 32, 128).to(fp8)
+        alpha = torch.ones(1)
+        calls = [
+            ("positional", lambda a, w: fn(a, w, alpha), (a, w), None),
+            (
+                "by keyword",
+                lambda a, w: fn(a=a, b=w, alpha=alpha, backend="trtllm_low_latency"),
+                (a, w),
+                None,
+            ),
+            (
+                "out=",
+                lambda a, w, o: fn(a, w, alpha, out=o),
+                (a, w, torch.empty(8, 32, dtype=bf16)),
+                None,
+            ),
+            ("a dynamic batch dimension", lambda a, w: fn(a, w) - 1, (a, w), 0),
+        ]
+        refused = [
+            ("out_dtype float16", lambda a, w: fn(a, w, alpha, torch.float16), (a, w)),
+            (
+                "out of the wrong shape",
+                lambda a, w, o: fn(a, w, alpha, out=o),
+                (a, w, torch.empty(8, 16, dtype=bf16)),
+            ),
+        ]
+        return calls, refused
     return None, None
 
 
 class Reached(Exception):
-    """Raised by the stood-in workspace: the eager call got past its output's allocation."""
+    """Raised by the stood-in workspace: the eager call got past its output's allocation. It
+    carries the output, the local `out` of the GEMM that asked for the workspace."""
+
+    def __init__(self, out):
+        super().__init__("past the output's allocation")
+        self.out = out
 
 
 def stand_ins(torch, name):
     """Names in the entry point's module (and flashinfer.utils) answered as a GPU host answers,
     or stopping the eager call at its workspace, by entry point."""
-    if name not in ("mm_fp4", "bmm_fp8"):
+    if name not in ("mm_fp4", "bmm_fp8", "mm_fp8"):
         return {}
 
     def workspace(*args, **kwargs):
-        raise Reached()
+        import sys
+
+        raise Reached(sys._getframe(1).f_locals.get("out"))
 
     return {
         "get_compute_capability": lambda device: (10, 0),
         "_get_cache_buf": workspace,
         "_get_stream_cache_buf": workspace,
+        # mm_fp8's trtllm_low_latency path: the GEMM itself, after its output is allocated.
+        "trtllm_low_latency_gemm": workspace,
     }
 
 
@@ -220,62 +261,120 @@ def prove(ctx):
         except Exception as exc:
             ctx.problem("%s, %s, does not trace: %s" % (name, what, _first_line(exc)))
             continue
-        mine = [c for c in graph if c in ours + ours_out]
+        # A call that passes out writes into it: NAME_out, which declares it mutated.
+        wanted = ours_out if "out" in what else ours
+        mine = [c for c in graph if c in wanted]
         theirs = [c for c in graph if c.startswith(("flashinfer.", "fi_patch"))]
         ctx.fact("graph, %s" % what, graph)
         if len(mine) != 1 or theirs != mine:
-            ctx.problem("%s, %s: the graph holds %s, not one fi_patch op" % (name, what, graph))
+            ctx.problem("%s, %s: the graph holds %s, not one %s" % (name, what, graph, wanted[0]))
             continue
         if started:
             ctx.problem("%s, %s: %d process(es) started while tracing" % (name, what, len(started)))
-        ctx.stage("an eager call of %s, %s, against the fake" % (name, what))
+        ctx.stage("an eager call of %s, %s, against the op and its fake" % (name, what))
         eager = _eager(torch, fn, arguments, entry.fn, standing)
+        through = _through_op(torch, fn, arguments, entry.fn, standing)
         faked = _faked(torch, fn, arguments, entry.fn)
         if eager[0] == "dispatched":
             ctx.problem("%s, %s: an eager call dispatched %s" % (name, what, eager[1]))
-        elif eager != faked:
+        elif eager[0] != "returns" or eager != through or eager != faked:
             ctx.problem(
-                "%s, %s: the eager call gives %s, the fake %s" % (name, what, eager[1], faked[1])
+                "%s, %s: the eager call gives %s, the op run eagerly %s, the fake %s"
+                % (name, what, eager[1], through[1], faked[1])
             )
         else:
             traced.append(what)
     if entry is None or not entry.ready:
         return
     for what, fn, arguments in refused:
-        ctx.stage("%s refuses %s: eager against the fake" % (name, what))
+        ctx.stage("%s refuses %s: eager against the op and its fake" % (name, what))
         eager = _eager(torch, fn, arguments, entry.fn, standing)
+        through = _through_op(torch, fn, arguments, entry.fn, standing)
         faked = _faked(torch, fn, arguments, entry.fn)
-        if eager[0] != "raises" or faked[0] != "raises" or eager[1] != faked[1]:
-            ctx.problem("%s, %s: the eager call gives %s, the fake %s" % (name, what, eager, faked))
+        if eager[0] != "raises" or eager != through or eager != faked:
+            ctx.problem(
+                "%s, %s: the eager call gives %s, the op run eagerly %s, the fake %s"
+                % (name, what, eager, through, faked)
+            )
     ctx.fact("call forms traced to one op", traced)
     ctx.passes(
-        "%s traces to one fi_patch op per call (%s), runs as it is eagerly, and its fake gives "
-        "the eager call's shapes, strides, dtypes and errors (%s)"
+        "%s traces to one fi_patch op per call (%s), runs as it is eagerly, and its op and the "
+        "op's fake give the eager call's shapes, strides, dtypes and errors (%s)"
         % (name, ", ".join(traced), ", ".join(what for what, _, _ in refused))
     )
 
 
 def _eager(torch, fn, arguments, entry_point, standing):
     """The entry point run eagerly with its module getters stood in, and the names `standing`
-    gives: ("returns", layout), ("raises", exception type) or ("dispatched", fi-patch's ops).
-    Stopped at its workspace, it returns what it allocated first."""
-    import inspect
-
-    import flashinfer.utils
+    gives: ("returns", layout), ("raises", exception type) or ("dispatched", fi-patch's ops)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Dispatched(TorchDispatchMode):
         def __init__(self):
             super().__init__()
             self.ops = []
-            self.allocated = []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             self.ops.append(str(func))
-            result = func(*args, **(kwargs or {}))
-            if func is torch.ops.aten.empty.memory_format:
-                self.allocated.append(result)
-            return result
+            return func(*args, **(kwargs or {}))
+
+    mode = Dispatched()
+    with mode:
+        result = _run(fn, arguments, entry_point, standing)
+    dispatched = [o for o in mode.ops if "fi_patch" in o]
+    return ("dispatched", dispatched) if dispatched else result
+
+
+def _through_op(torch, fn, arguments, entry_point, standing):
+    """fn run eagerly with the entry point's traced path in its place: the op itself runs (its
+    body calls the entry point by keyword, the module getters stood in)."""
+    return _instead(entry_point, lambda: _run(fn, arguments, entry_point, standing))
+
+
+def _faked(torch, fn, arguments, entry_point):
+    """fn run as Dynamo runs it: the entry point's traced path (its op, and so the op's fake)
+    under a FakeTensorMode. ("returns", layout) or ("raises", exception type)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    # The call forms close over some tensors (scales, alpha), as a caller's code does: Dynamo
+    # makes them fake too.
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = [mode.from_tensor(a) for a in arguments]
+
+    def call():
+        try:
+            with mode:
+                return ("returns", layout(fn(*fakes)))
+        except Exception as exc:
+            return ("raises", type(exc).__name__)
+
+    return _instead(entry_point, call)
+
+
+def _instead(entry_point, call):
+    """call() with flashinfer's name for the entry point bound to its traced path (the call forms
+    look the function up there, as a caller's `flashinfer.NAME(...)` does)."""
+    import flashinfer
+
+    traced = getattr(entry_point, "_torchdynamo_inline", None)
+    if traced is None:
+        return ("raises", "no traced path")
+    name = entry_point.__name__
+    saved = getattr(flashinfer, name)
+    setattr(flashinfer, name, traced)
+    try:
+        return call()
+    finally:
+        setattr(flashinfer, name, saved)
+
+
+def _run(fn, arguments, entry_point, standing):
+    """fn on fresh copies of the arguments, with the entry point's module getters (and those of
+    flashinfer.utils) stood in by kernels that do nothing, and the names `standing` gives: the
+    GEMMs stop at their workspace, past their output's allocation, which is then the result."""
+    import inspect
+
+    import flashinfer.utils
 
     spaces = [inspect.unwrap(entry_point).__globals__, vars(flashinfer.utils)]
     saved = []
@@ -287,48 +386,15 @@ def _eager(torch, fn, arguments, entry_point, standing):
             elif key in standing:
                 saved.append((space, key, value))
                 space[key] = standing[key]
-    mode = Dispatched()
     try:
-        with mode:
-            result = ("returns", layout(fn(*[a.clone() for a in arguments])))
-    except Reached:
-        # Past its output's allocation; with out= given it allocates none and returns the out
-        # it was given, which the call forms pass last.
-        first = mode.allocated[0] if mode.allocated else arguments[-1]
-        result = ("returns", layout(first))
-    except Exception as exc:
-        result = ("raises", type(exc).__name__)
-    finally:
-        for space, key, value in saved:
-            space[key] = value
-    dispatched = [o for o in mode.ops if "fi_patch" in o]
-    return ("dispatched", dispatched) if dispatched else result
-
-
-def _faked(torch, fn, arguments, entry_point):
-    """fn run as Dynamo runs it: the entry point's traced path (its op, and so the op's fake)
-    under a FakeTensorMode. ("returns", layout) or ("raises", exception type)."""
-    import flashinfer
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    traced = getattr(entry_point, "_torchdynamo_inline", None)
-    if traced is None:
-        return ("raises", "no traced path")
-    # The call forms close over some tensors (scales, alpha), as a caller's code does: Dynamo
-    # makes them fake too.
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fakes = [mode.from_tensor(a) for a in arguments]
-    # The call forms look the function up in flashinfer's namespace: there, for this call, it
-    # is the traced path.
-    name = entry_point.__name__
-    setattr(flashinfer, name, traced)
-    try:
-        with mode:
-            return ("returns", layout(fn(*fakes)))
+        return ("returns", layout(fn(*[a.clone() for a in arguments])))
+    except Reached as reached:
+        return ("returns", layout(reached.out))
     except Exception as exc:
         return ("raises", type(exc).__name__)
     finally:
-        setattr(flashinfer, name, entry_point)
+        for space, key, value in reversed(saved):
+            space[key] = value
 
 
 def _first_line(exc):
