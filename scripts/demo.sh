@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a throwaway venv: a real FlashInfer release beside torch's CUDA 13.0 build
-# (it imports without a GPU). FlashInfer 0.7.0 needs all three patches. The proofs fail before,
+# (it imports without a GPU). FlashInfer 0.7.0 takes eleven of fi-patch's patches (the FP4 path,
+# the declared ops, and the op boundaries of the activations and GEMMs). The proofs fail before,
 # apply runs its pre-flight and the proofs, they pass after, then check, revert of one patch
 # (the others stay) and revert of all. Each step shows its command and exit code, and the script
 # stops if a code is not the documented one.

@@ -9,9 +9,6 @@ from __future__ import annotations
 import ast
 import json
 import subprocess
-import sys
-import tarfile
-from io import BytesIO
 from pathlib import Path
 
 import pytest
@@ -37,7 +34,7 @@ from tests.support.releases import (
     release,
     released_text,
 )
-from tests.support.tool import ROOT
+from tests.support.tool import released_tool
 from tests.support.venvs import create_venv, install, python_of, site_packages
 
 # The releases issue 22 names, and the first of the 0.7 line.
@@ -292,18 +289,7 @@ RELEASE_0_7_0 = "b125b01"
 @pytest.fixture(scope="module")
 def tool_0_7_0(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """fi-patch 0.7.0 in a venv of its own, built from the repository's history."""
-    folder = tmp_path_factory.mktemp("fi-patch-0.7.0")
-    archive = subprocess.run(
-        ["git", "-C", ROOT, "archive", "--format=tar", RELEASE_0_7_0],
-        capture_output=True,
-        check=True,
-    ).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(folder / "fi-patch", filter="data")
-    subprocess.run([sys.executable, "-m", "venv", folder / "venv"], check=True)
-    pip = [folder / "venv" / "bin" / "python", "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, folder / "fi-patch"], check=True)
-    return folder / "venv" / "bin" / "fi-patch"
+    return released_tool(RELEASE_0_7_0, tmp_path_factory.mktemp("fi-patch-0.7.0"))
 
 
 def test_an_upgrade_writes_utils_again_for_the_op_boundaries(

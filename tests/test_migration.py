@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import tarfile
-from io import BytesIO
 from pathlib import Path
 
 import pytest
@@ -35,7 +32,7 @@ from tests.support.releases import (
     UTILS,
     released_text,
 )
-from tests.support.tool import ROOT
+from tests.support.tool import released_tool
 from tests.support.venvs import fp4_file, target_file
 
 # The last commit of fi-patch 0.1.0 on main.
@@ -45,18 +42,7 @@ RELEASE_0_1_0 = "fb0145aefc8603fe023bdd1a11bb54e99aad1b61"
 @pytest.fixture(scope="module")
 def old_tool(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """fi-patch 0.1.0 in a venv of its own, built from the repository's history."""
-    folder = tmp_path_factory.mktemp("fi-patch-0.1.0")
-    archive = subprocess.run(
-        ["git", "-C", ROOT, "archive", "--format=tar", RELEASE_0_1_0],
-        capture_output=True,
-        check=True,
-    ).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(folder / "source", filter="data")
-    subprocess.run([sys.executable, "-m", "venv", folder / "venv"], check=True)
-    pip = [folder / "venv" / "bin" / "python", "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, folder / "source"], check=True)
-    return folder / "venv" / "bin" / "fi-patch"
+    return released_tool(RELEASE_0_1_0, tmp_path_factory.mktemp("fi-patch-0.1.0"))
 
 
 def old(tool: Path, *arguments: str | Path) -> subprocess.CompletedProcess[str]:

@@ -19,14 +19,9 @@ CI never runs this script).
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
 
-from replay import check
-
-SKIPPED = 77
+from replay import check, main
 
 
 def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
@@ -157,32 +152,13 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
     )
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="write the results as JSON to this file")
-    arguments = parser.parse_args()
-    import torch
-
-    if not torch.cuda.is_available():
-        print(f"no CUDA device (torch {torch.__version__}): nothing checked")
-        return SKIPPED
-    import flashinfer
+def run(torch, flashinfer):  # type: ignore[no-untyped-def]
+    """Each case whose entry point the release has and made an op, checked; the others named."""
     import flashinfer.utils
 
-    torch.manual_seed(0)
-    header = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "flashinfer": flashinfer.__version__,
-        "device": torch.cuda.get_device_name(),
-        "capability": list(torch.cuda.get_device_capability()),
-    }
-    print(json.dumps(header))
     declared = getattr(flashinfer.utils, "_fi_patch_declared", None)
     if declared is None:
-        print("flashinfer.utils has no _fi_patch_declared: apply declared-ops-custom first")
-        return 1
+        return "flashinfer.utils has no _fi_patch_declared: apply declared-ops-custom first"
     results, left_out = [], {}
     for name, op, makers, fn in cases(torch, flashinfer):
         entry = declared.get("flashinfer::" + op)
@@ -192,14 +168,8 @@ def main() -> int:
         results.append(check(torch, name, makers, fn))
     for name, reason in left_out.items():
         print(f"left as it is: {name}: {reason}")
-    for result in results:
-        verdict = "ok  " if result["passed"] else "FAIL"
-        print(f"{verdict} {result['case']}: {result.get('error', '')}".rstrip(": "))
-    if arguments.out:
-        with open(arguments.out, "w") as handle:
-            json.dump({**header, "cases": results, "left_out": left_out}, handle, indent=2)
-    return 0 if results and all(r["passed"] for r in results) else 1
+    return results, left_out
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, run))

@@ -18,14 +18,11 @@ CI never runs this script).
 
 from __future__ import annotations
 
-import argparse
 import inspect
-import json
-import platform
 import sys
 import traceback
 
-SKIPPED = 77
+from replay import main
 
 
 def cases(torch):  # type: ignore[no-untyped-def]
@@ -95,43 +92,17 @@ def check(torch, flashinfer, name, x, kwargs) -> dict[str, object]:  # type: ign
     return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="write the results as JSON to this file")
-    arguments = parser.parse_args()
-    import torch
-
-    if not torch.cuda.is_available():
-        print(f"no CUDA device (torch {torch.__version__}): nothing checked")
-        return SKIPPED
-    import flashinfer
-
-    torch.manual_seed(0)
-    header = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torch_cuda": torch.version.cuda,
-        "flashinfer": flashinfer.__version__,
-        "device": torch.cuda.get_device_name(),
-        "capability": list(torch.cuda.get_device_capability()),
-    }
-    print(json.dumps(header))
-    # Releases before 0.2.11.post2 have no enable_pdl: a case needing a parameter the installed
-    # fp4_quantize lacks is not this release's, and is left out (and named).
+def run(torch, flashinfer):  # type: ignore[no-untyped-def]
+    """Each case the release's fp4_quantize takes, checked. Releases before 0.2.11.post2 have no
+    enable_pdl: a case needing a parameter the installed fp4_quantize lacks is not this
+    release's, and is left out (and named)."""
     accepted = inspect.signature(flashinfer.fp4_quantize).parameters
     chosen = [c for c in cases(torch) if set(c[2]) <= set(accepted)]
     left_out = [c[0] for c in cases(torch) if not set(c[2]) <= set(accepted)]
     if left_out:
         print(f"not in flashinfer {flashinfer.__version__}: {', '.join(left_out)}")
-    results = [check(torch, flashinfer, *case) for case in chosen]
-    for result in results:
-        verdict = "ok  " if result["passed"] else "FAIL"
-        print(f"{verdict} {result['case']}: {result.get('error', '')}".rstrip(": "))
-    if arguments.out:
-        with open(arguments.out, "w") as handle:
-            json.dump({**header, "cases": results, "left_out": left_out}, handle, indent=2)
-    return 0 if all(r["passed"] for r in results) else 1
+    return [check(torch, flashinfer, *case) for case in chosen], left_out
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, run))

@@ -44,3 +44,48 @@ def check(torch, name, makers, fn) -> dict[str, object]:  # type: ignore[no-unty
         result.get("compiled_equals_eager") and result.get("graph_replay_equals_eager")
     )
     return result
+
+
+SKIPPED = 77
+
+
+def main(doc: str, run) -> int:  # type: ignore[no-untyped-def]
+    """The GPU scripts' driver: `--out`, exit 77 without a device, the header line, then
+    `run(torch, flashinfer)`, which returns (results, left_out) or a string saying why nothing
+    ran; one line per result, JSON with --out. 0 every case passed, 1 otherwise."""
+    import argparse
+    import json
+    import platform
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out", help="write the results as JSON to this file")
+    arguments = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"no CUDA device (torch {torch.__version__}): nothing checked")
+        return SKIPPED
+    import flashinfer
+
+    torch.manual_seed(0)
+    header = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "flashinfer": flashinfer.__version__,
+        "device": torch.cuda.get_device_name(),
+        "capability": list(torch.cuda.get_device_capability()),
+    }
+    print(json.dumps(header))
+    found = run(torch, flashinfer)
+    if isinstance(found, str):
+        print(found)
+        return 1
+    results, left_out = found
+    for result in results:
+        verdict = "ok  " if result["passed"] else "FAIL"
+        print(f"{verdict} {result['case']}: {result.get('error', '')}".rstrip(": "))
+    if arguments.out:
+        with open(arguments.out, "w") as handle:
+            json.dump({**header, "cases": results, "left_out": left_out}, handle, indent=2)
+    return 0 if results and all(r["passed"] for r in results) else 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tarfile
+from io import BytesIO
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,3 +20,17 @@ def build_wheel(folder: Path) -> Path:
     )
     (wheel,) = folder.glob("fi_patch-*.whl")
     return wheel
+
+
+def released_tool(commit: str, folder: Path) -> Path:
+    """fi-patch as it was at `commit` of this repository's history, installed in a venv of its
+    own under `folder`: its `fi-patch` command."""
+    archive = subprocess.run(
+        ["git", "-C", ROOT, "archive", "--format=tar", commit], capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(folder / "fi-patch", filter="data")
+    subprocess.run([sys.executable, "-m", "venv", folder / "venv"], check=True)
+    pip = [folder / "venv" / "bin" / "python", "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, folder / "fi-patch"], check=True)
+    return folder / "venv" / "bin" / "fi-patch"

@@ -13,6 +13,8 @@
 # `torch.compile(fn, fullgraph=True, backend="eager")`, and `ctx.graph_calls(fn, *args)` traces fn
 # with fullgraph and a backend that records the graph and never runs it, returning the targets
 # of its calls (`ctx.graph_nodes(fn, *args)`: the call nodes themselves, with their metadata).
+# `ctx.dispatched()` is a TorchDispatchMode that records the name of every op dispatched while it
+# is on (its `ops`).
 #
 # Whatever a proof does, the runner also checks that a module was imported from FILE (not another
 # copy) and, after the patch, that FILE carries the patch's marker. The answer is framed JSON on
@@ -87,6 +89,20 @@ class Context:
 
         torch._dynamo.reset()
         return torch.compile(fn, fullgraph=True, backend="eager")
+
+    def dispatched(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Dispatched(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.ops = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                self.ops.append(str(func))
+                return func(*args, **(kwargs or {}))
+
+        return Dispatched()
 
     def graph_calls(self, fn, *args):
         return [str(node.target) for node in self.graph_nodes(fn, *args)]

@@ -272,7 +272,7 @@ def prove(ctx):
         if started:
             ctx.problem("%s, %s: %d process(es) started while tracing" % (name, what, len(started)))
         ctx.stage("an eager call of %s, %s, against the op and its fake" % (name, what))
-        eager = _eager(torch, fn, arguments, entry.fn, standing)
+        eager = _eager(ctx, fn, arguments, entry.fn, standing)
         through = _through_op(torch, fn, arguments, entry.fn, standing)
         faked = _faked(torch, fn, arguments, entry.fn)
         if eager[0] == "dispatched":
@@ -288,7 +288,7 @@ def prove(ctx):
         return
     for what, fn, arguments in refused:
         ctx.stage("%s refuses %s: eager against the op and its fake" % (name, what))
-        eager = _eager(torch, fn, arguments, entry.fn, standing)
+        eager = _eager(ctx, fn, arguments, entry.fn, standing)
         through = _through_op(torch, fn, arguments, entry.fn, standing)
         faked = _faked(torch, fn, arguments, entry.fn)
         if eager[0] != "raises" or eager != through or eager != faked:
@@ -304,21 +304,10 @@ def prove(ctx):
     )
 
 
-def _eager(torch, fn, arguments, entry_point, standing):
+def _eager(ctx, fn, arguments, entry_point, standing):
     """The entry point run eagerly with its module getters stood in, and the names `standing`
     gives: ("returns", layout), ("raises", exception type) or ("dispatched", fi-patch's ops)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Dispatched(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
-    mode = Dispatched()
+    mode = ctx.dispatched()
     with mode:
         result = _run(fn, arguments, entry_point, standing)
     dispatched = [o for o in mode.ops if "fi_patch" in o]

@@ -174,7 +174,6 @@ class Stub(object):
 
 def prove(ctx):
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     ctx.stage("import flashinfer")
     import flashinfer
@@ -198,15 +197,6 @@ def prove(ctx):
         "declarations made ops",
         sorted(name for name, entry in declared.items() if entry.ready),
     )
-
-    class Dispatched(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
 
     table = calls(torch)
     traced, kept = [], {}
@@ -240,7 +230,7 @@ def prove(ctx):
         if started:
             ctx.problem("%d process(es) started while tracing %s" % (len(started), name))
         ctx.stage("an eager call of flashinfer.%s" % name)
-        eager = _eager(fn, arguments, entry, returns, Dispatched)
+        eager = _eager(fn, arguments, entry, returns, ctx.dispatched())
         if isinstance(eager, str):
             ctx.problem("%s: %s" % (name, eager))
             continue
@@ -267,7 +257,7 @@ def prove(ctx):
     )
 
 
-def _eager(fn, arguments, entry, returns, Dispatched):
+def _eager(fn, arguments, entry, returns, mode):
     """Run the entry point eagerly with its module getters stood in (the kernels do nothing):
     FlashInfer's declared function must run, and no op be dispatched. For an op that returns
     tensors, the outputs, to compare with the fake; otherwise None. A string says what went
@@ -290,7 +280,6 @@ def _eager(fn, arguments, entry, returns, Dispatched):
         if event == "call" and frame.f_code is code:
             entered.append(frame.f_code.co_name)
 
-    mode = Dispatched()
     out, failed = None, None
     sys.setprofile(profile)
     try:
