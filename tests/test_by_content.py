@@ -25,13 +25,19 @@ from tests.support.expected import PATCHES, files_of
 from tests.support.hashes import function_hashes
 from tests.support.relabel import docstring_changed, relabelled
 from tests.support.releases import (
+    BMM_FP8,
+    BOUNDARIES,
     CUDA,
     DECLARED,
     DECLARED_FAKE,
     FORWARDING,
     FP4,
+    GELU,
+    GELU_TANH,
+    MM_FP8,
     OP_BOUNDARY,
     RELEASES,
+    SILU,
     TARGET,
     UNDER_COMPILE,
     fetch,
@@ -40,8 +46,18 @@ from tests.support.releases import (
 from tests.support.venvs import create_venv, pip, record_sha256, site_packages
 
 PRE_RELEASES = {
-    "0.6.0rc1": (CUDA, DECLARED, DECLARED_FAKE, OP_BOUNDARY),
-    "0.7.2rc6": (CUDA, DECLARED, DECLARED_FAKE, UNDER_COMPILE),
+    "0.6.0rc1": (
+        CUDA,
+        DECLARED,
+        DECLARED_FAKE,
+        OP_BOUNDARY,
+        BMM_FP8,
+        GELU,
+        GELU_TANH,
+        MM_FP8,
+        SILU,
+    ),
+    "0.7.2rc6": (CUDA, DECLARED, DECLARED_FAKE, UNDER_COMPILE, *BOUNDARIES),
 }
 
 

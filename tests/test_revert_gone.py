@@ -18,7 +18,17 @@ from tests.conftest import MakeVenv
 from tests.faults.support import records
 from tests.support.cli import fi_patch, patch_result
 from tests.support.expected import expected
-from tests.support.releases import CUDA, FORWARDING, FP4, RELEASES, TARGET, UTILS, released_text
+from tests.support.releases import (
+    ACTIVATION,
+    CUDA,
+    FORWARDING,
+    FP4,
+    GEMM,
+    RELEASES,
+    TARGET,
+    UTILS,
+    released_text,
+)
 from tests.support.venvs import fp4_file, record_sha256, reinstall, rerecord, target_file
 
 
@@ -122,8 +132,9 @@ def test_revert_of_one_patch_reports_the_records_it_tidies(
     run = fi_patch(runner, "revert", "--venv", venv, "--patch", CUDA, "--json")
     assert run.code == ExitCode.OK, run.stdout
     files = {f["relpath"]: f["action"] for f in run.json["results"][0]["files"]}
-    # The reinstall put utils.py's original back too.
-    assert files == {TARGET: "reverted", FP4: "tidied", UTILS: "tidied"}
+    # The reinstall put utils.py's, activation.py's and gemm_base.py's originals back too.
+    tidied = {FP4: "tidied", UTILS: "tidied", ACTIVATION: "tidied", GEMM: "tidied"}
+    assert files == {TARGET: "reverted", **tidied}
     assert FORWARDING not in {p["patch"] for p in run.json["results"][0]["patches"]}
     assert records(venv) == []
     people = fi_patch(runner, "revert", "--venv", venv)

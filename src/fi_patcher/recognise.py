@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from fi_patcher.model import FunctionSpan, InsertFirst, Patch, Shape
+from fi_patcher.model import Boundary, FunctionSpan, InsertFirst, Patch, Shape
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,13 @@ def recognise_in(
             found,
         )
     operation = patch.operation
+    if isinstance(operation, Boundary) and _bounded(tree, node):
+        # The function's own lines are unchanged: what follows them says it is patched.
+        return Unrecognised(
+            f"the text of {patch.function} with what follows it is not one fi-patch knows: "
+            "fi-patch's op boundary follows it already",
+            found,
+        )
     needed = operation.names_for(shape.text) if isinstance(operation, InsertFirst) else ()
     missing = [name for name in needed if name not in _module_names(tree)]
     if missing:
@@ -95,6 +102,11 @@ def recognise_in(
             f"the module does not import {', '.join(missing)}, which {patch.id} uses", found
         )
     return Match(shape, found, node)
+
+
+def _bounded(tree: ast.Module, node: ast.stmt) -> bool:
+    """Whether one of the two statements right after `node` calls fi-patch's op boundary."""
+    return any("_fi_patch_boundary" in ast.dump(s) for s in following(tree, node)[:2])
 
 
 def locate(

@@ -20,7 +20,16 @@ from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.faults.support import records, signalled, started
 from tests.support.cli import states_of
-from tests.support.releases import CUDA, FP4, RELEASES, TARGET, UTILS, released_text
+from tests.support.releases import (
+    ACTIVATION,
+    CUDA,
+    FP4,
+    GEMM,
+    RELEASES,
+    TARGET,
+    UTILS,
+    released_text,
+)
 from tests.support.venvs import fp4_file, target_file
 
 RELEASE = "0.7.0"
@@ -76,6 +85,8 @@ def test_a_signal_while_proving_puts_every_file_back_and_says_so(
         "as it was before"
     )
     assert {f["relpath"]: f["action"] for f in result["files"]} == {
+        ACTIVATION: "rolled-back",
+        GEMM: "rolled-back",
         TARGET: "rolled-back",
         FP4: "rolled-back",
         UTILS: "rolled-back",

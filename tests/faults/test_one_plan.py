@@ -21,11 +21,14 @@ from tests.support.cli import fi_patch, states_of
 from tests.support.deps import CPU_TORCH, shared, use
 from tests.support.expected import expected
 from tests.support.releases import (
+    ACTIVATION,
+    BOUNDARIES,
     CUDA,
     DECLARED,
     DECLARED_FAKE,
     FORWARDING,
     FP4,
+    GEMM,
     OP_BOUNDARY,
     RELEASES,
     TARGET,
@@ -84,6 +87,8 @@ def test_a_revert_whose_second_file_cannot_be_written_puts_the_first_back(
     assert result["status"] == "error"
     # Files are written in path order: utils.py, after fp4_quantization.py, was never reached.
     assert {f["relpath"]: f["action"] for f in result["files"]} == {
+        ACTIVATION: "rolled-back",
+        GEMM: "rolled-back",
         TARGET: "rolled-back",
         FP4: "rolled-back",
     }
@@ -94,6 +99,7 @@ def test_a_revert_whose_second_file_cannot_be_written_puts_the_first_back(
         FORWARDING: "rolled-back",
         OP_BOUNDARY: "nothing-to-revert",
         UNDER_COMPILE: "rolled-back",
+        **dict.fromkeys(BOUNDARIES, "rolled-back"),
     }
     error = result["error"]
     assert f"cannot write {fp4_file(venv)}: Read-only file system" in error["message"]
@@ -160,7 +166,13 @@ def test_an_undo_that_fails_on_one_file_puts_back_the_others(
     assert result["status"] == "partial"
     files = {f["relpath"]: f["action"] for f in result["files"]}
     # Files are written in path order: utils.py, after fp4_quantization.py, is put back too.
-    assert files == {TARGET: "rolled-back", FP4: "stranded", UTILS: "rolled-back"}
+    assert files == {
+        ACTIVATION: "rolled-back",
+        GEMM: "rolled-back",
+        TARGET: "rolled-back",
+        FP4: "stranded",
+        UTILS: "rolled-back",
+    }
     error = result["error"]
     assert "the proofs did not finish within 1 s" in error["message"]
     assert f"{fp4_file(venv)} holds fi-patch's new bytes" in error["message"]

@@ -27,7 +27,9 @@ from tests.support.cli import Run, fi_patch, patch_result, state_of
 from tests.support.deps import CPU_TORCH, shared, use
 from tests.support.expected import expected
 from tests.support.releases import (
+    ACTIVATION,
     FP4,
+    GEMM,
     RELEASES,
     TARGET,
     UNDER_COMPILE,
@@ -284,14 +286,15 @@ def test_a_future_release_whose_record_lacks_the_file(
 
 def test_future_release_without_any_patched_file(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.7.4")
-    _release_as(venv, "0.8.0", TARGET, FP4, UTILS)
+    _release_as(venv, "0.8.0", TARGET, FP4, UTILS, ACTIVATION, GEMM)
     for command in ("check", "apply"):
         expect(
             fi_patch(runner, command, "--venv", venv),
             ExitCode.UNSUPPORTED,
             "flashinfer-python 0.8.0 is outside every known range, and has none of the files",
-            "flashinfer/jit/cpp_ext.py, flashinfer/quantization/fp4_quantization.py, "
-            "flashinfer/utils.py",
+            "flashinfer/activation.py, flashinfer/fp4_quantization.py, "
+            "flashinfer/gemm/gemm_base.py, flashinfer/jit/cpp_ext.py, "
+            "flashinfer/quantization/fp4_quantization.py, flashinfer/utils.py",
             "install a release inside the known ranges",
         )
     assert not (venv / ".fi-patch").exists()

@@ -10,7 +10,7 @@ import ast
 from collections.abc import Iterable
 
 from fi_patcher import __version__
-from fi_patcher.model import InsertFirst, KeywordArguments, Shape
+from fi_patcher.model import Boundary, InsertFirst, KeywordArguments, Shape
 from fi_patcher.registry import expected as by_version
 from fi_patcher.registry import load_patches
 from tests.support.releases import CUDA, RELEASES, TARGET, released_text
@@ -88,7 +88,26 @@ def _edit(version: str, relpath: str, patch: str) -> _Edit:
         return _keywords(lines, node, patch, operation)
     shape = PATCHES[patch].shape_named(RELEASES[version].shapes[patch])
     assert shape is not None and shape.text is not None
+    if isinstance(operation, Boundary):
+        return _boundary(node, patch, operation, shape.text)
     return _insert_first(lines, node, patch, operation, shape.text)
+
+
+def _boundary(node: ast.FunctionDef, patch: str, operation: Boundary, rule: str) -> _Edit:
+    """The function as it is; right after it, two blank lines, a marker and the call of the op
+    boundary, written out here from the operation's fields."""
+    assert node.end_lineno is not None
+    checked = f',\n        check="{operation.check}"' if operation.check else ""
+    call = (
+        "from flashinfer import utils as _fi_patch_utils\n"
+        "\n"
+        'if hasattr(_fi_patch_utils, "_fi_patch_boundary"):\n'
+        "    _fi_patch_utils._fi_patch_boundary(\n"
+        f'        {node.name}, "{operation.op}", fake="{operation.fake}", rule="{rule}", '
+        f'out="{operation.out}", returns={operation.returns}{checked}\n'
+        "    )\n"
+    )
+    return node.end_lineno, 0, ["\n", "\n", marker(patch, ""), *call.splitlines(True)]
 
 
 def _insert_first(

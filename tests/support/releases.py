@@ -99,11 +99,127 @@ UTILS_SHA256 = {
 }
 
 
+# The shape of each op-* patch in the releases below, where one applies (taken from each
+# release's files; tests/test_registry.py checks each against the release's hashes).
+BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
+    "0.6.0": {BMM_FP8: "0.6.0", GELU: "0.6.0", GELU_TANH: "0.6.0", MM_FP8: "0.6.0", SILU: "0.6.0"},
+    "0.6.0rc1": {
+        BMM_FP8: "0.6.0",
+        GELU: "0.6.0",
+        GELU_TANH: "0.6.0",
+        MM_FP8: "0.6.0",
+        SILU: "0.6.0",
+    },
+    "0.6.7": {
+        BMM_FP8: "0.6.0",
+        GELU: "0.6.0",
+        GELU_TANH: "0.6.0",
+        MM_FP4: "0.6.7",
+        MM_FP8: "0.6.0",
+        SILU: "0.6.0",
+    },
+    "0.6.8": {
+        BMM_FP8: "0.6.0",
+        GELU: "0.6.0",
+        GELU_TANH: "0.6.0",
+        MM_FP4: "0.6.7",
+        MM_FP8: "0.6.0",
+        SILU: "0.6.0",
+    },
+    "0.6.10": {
+        BMM_FP8: "0.6.10",
+        GELU: "0.6.10",
+        GELU_TANH: "0.6.10",
+        MM_FP4: "0.6.10",
+        MM_FP8: "0.6.10",
+        SILU: "0.6.10",
+    },
+    "0.6.11.post3": {
+        BMM_FP8: "0.6.11.post2",
+        GELU: "0.6.10",
+        GELU_TANH: "0.6.10",
+        MM_FP4: "0.6.11.post2",
+        MM_FP8: "0.6.10",
+        SILU: "0.6.10",
+    },
+    "0.6.12": {
+        BMM_FP8: "0.6.12",
+        GELU: "0.6.10",
+        GELU_TANH: "0.6.10",
+        MM_FP4: "0.6.12",
+        MM_FP8: "0.6.10",
+        SILU: "0.6.10",
+    },
+    "0.6.18.post1": {
+        BMM_FP8: "0.6.18",
+        GELU: "0.6.10",
+        GELU_TANH: "0.6.10",
+        MM_FP4: "0.6.12",
+        MM_FP8: "0.6.10",
+        SILU: "0.6.10",
+    },
+    "0.7.0": {
+        BMM_FP8: "0.6.18",
+        GELU: "0.6.10",
+        GELU_TANH: "0.6.10",
+        MM_FP4: "0.7.0",
+        MM_FP8: "0.7.0",
+        SILU: "0.6.10",
+    },
+    "0.7.1": {
+        BMM_FP8: "0.6.18",
+        GELU: "0.7.1",
+        GELU_TANH: "0.7.1",
+        MM_FP4: "0.7.1",
+        MM_FP8: "0.7.0",
+        SILU: "0.7.1",
+    },
+    "0.7.2rc6": {
+        BMM_FP8: "0.6.18",
+        GELU: "0.7.1",
+        GELU_TANH: "0.7.1",
+        MM_FP4: "0.7.2",
+        MM_FP8: "0.7.2.post1",
+        SILU: "0.7.1",
+    },
+    "0.7.4": {
+        BMM_FP8: "0.7.4",
+        GELU: "0.7.1",
+        GELU_TANH: "0.7.1",
+        MM_FP4: "0.7.4",
+        MM_FP8: "0.7.4",
+        SILU: "0.7.1",
+    },
+}
+
+
+# sha256[:12] of flashinfer/activation.py and flashinfer/gemm/gemm_base.py in those releases,
+# taken from the archives the index verified.
+BOUNDARY_SHA256 = {
+    "0.6.0": ("1765f231560c", "90cb9e8feee2"),
+    "0.6.0rc1": ("1765f231560c", "c3051afefaa1"),
+    "0.6.7": ("9824de31ad99", "151300d7bbf4"),
+    "0.6.8": ("9824de31ad99", "99fc985248ab"),
+    "0.6.10": ("bed9a9dff1a3", "8e59704a90d8"),
+    "0.6.11.post3": ("bed9a9dff1a3", "410a66f72e77"),
+    "0.6.12": ("bed9a9dff1a3", "9b7508e3e838"),
+    "0.6.18.post1": ("df3bc86b3ee8", "de6b7ec299f4"),
+    "0.7.0": ("df3bc86b3ee8", "6ab2f4f8496b"),
+    "0.7.1": ("39004c0b1229", "d8ea9f8f256b"),
+    "0.7.2rc6": ("39004c0b1229", "d926b7d9fdd9"),
+    "0.7.4": ("e7d41e379f33", "2a4b3bc59bef"),
+}
+
+
 def _declaring(r: Release) -> Release:
     """Every release on the index declares its ops with the same no-op register_custom_op and
-    register_fake_op: both declared-ops patches apply to each."""
+    register_fake_op: both declared-ops patches apply to each. The op-* patches apply where
+    BOUNDARY_SHAPES says."""
     prefixes = {**r.sha256_prefixes, UTILS: UTILS_SHA256[r.version]}
-    return replace(r, shapes={**r.shapes, **DECLARED_SHAPES}, sha256_prefixes=prefixes)
+    if r.version in BOUNDARY_SHA256:
+        prefixes |= dict(zip((ACTIVATION, GEMM), BOUNDARY_SHA256[r.version], strict=True))
+    shapes = {**r.shapes, **DECLARED_SHAPES, **BOUNDARY_SHAPES.get(r.version, {})}
+    return replace(r, shapes=shapes, sha256_prefixes=prefixes)
 
 
 RELEASES = {

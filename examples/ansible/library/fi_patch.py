@@ -51,7 +51,7 @@ fi_patch:
   returned: always
 """
 
-WRITES = ("applied", "would-apply", "finished")
+WRITES = ("applied", "would-apply", "rewritten", "would-rewrite", "finished")
 
 
 def main() -> None:
