@@ -109,3 +109,15 @@ def test_environment_variables_of_the_caller_do_not_redirect_the_probe(
     assert os.environ.get("PYTHONHOME") is None
     run = fi_patch(runner, "check", "--venv", venv, "--json")
     assert patch_result(run.json)["state"] == "pristine"
+
+
+def test_a_payload_larger_than_a_pipe_reaches_a_target_that_reads_late() -> None:
+    """The proofs go to the target on its stdin (twelve patches' proofs, before and after, are
+    several hundred kilobytes). A target that starts reading after fi-patch's first look (a
+    loaded machine) must still get all of it: once, such a run waited for its timeout."""
+    from fi_patcher.environment import run_target
+
+    payload = b"x" * 300_000
+    script = "import sys, time; time.sleep(0.5); print(len(sys.stdin.buffer.read()))"
+    done = run_target(Path(sys.executable), ["-c", script], timeout=60, what="test", stdin=payload)
+    assert (done.returncode, done.stdout.strip()) == (0, "300000")

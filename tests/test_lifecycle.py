@@ -22,11 +22,14 @@ from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result, states_of
 from tests.support.expected import expected, files_of, target_of
 from tests.support.releases import (
+    ACTIVATION,
+    BOUNDARIES,
     CUDA,
     DECLARED,
     DECLARED_FAKE,
     FORWARDING,
     FP4,
+    GEMM,
     OP_BOUNDARY,
     RELEASES,
     TARGET,
@@ -124,7 +127,7 @@ def test_not_applicable_release(runner: CliRunner, venv_with: MakeVenv, version:
 def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.6.18.post1")
     site = site_packages(venv)
-    originals = {f: (site / f).read_bytes() for f in (TARGET, FP4, UTILS)}
+    originals = {f: (site / f).read_bytes() for f in (TARGET, FP4, UTILS, ACTIVATION, GEMM)}
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     store = venv / ".fi-patch"
     assert store.stat().st_mode & 0o777 == 0o700
@@ -133,7 +136,7 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     manifest = json.loads((store / "manifest.json").read_text())
     assert manifest["schema"] == 2
     records = {r["relpath"]: r for r in manifest["files"]}
-    assert set(records) == {TARGET, FP4, UTILS}
+    assert set(records) == {TARGET, FP4, UTILS, ACTIVATION, GEMM}
     for relpath, record in records.items():
         assert record["version"] == "0.6.18.post1"
         assert record["original"] == hashlib.sha256(originals[relpath]).hexdigest()
@@ -172,6 +175,7 @@ def test_revert_of_one_patch_keeps_the_others(runner: CliRunner, venv_with: Make
         FORWARDING: "patched",
         OP_BOUNDARY: "not-applicable",
         UNDER_COMPILE: "pristine",
+        **dict.fromkeys(BOUNDARIES, "patched"),
     }
     assert code == ExitCode.NEEDS_APPLY
 
@@ -227,4 +231,5 @@ def test_where_upstream_fixed_the_op_the_branch_needs_nothing_else(
         FORWARDING: "not-applicable",
         OP_BOUNDARY: "not-applicable",
         UNDER_COMPILE: "patched",
+        **dict.fromkeys(BOUNDARIES, "pristine"),
     }

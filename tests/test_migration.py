@@ -20,6 +20,7 @@ from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result, states_of
 from tests.support.expected import expected, original
 from tests.support.releases import (
+    BOUNDARIES,
     CUDA,
     DECLARED,
     DECLARED_FAKE,
@@ -74,6 +75,7 @@ def test_a_venv_patched_by_0_1_0_is_checked_extended_and_reverted(
         FORWARDING: "pristine",
         OP_BOUNDARY: "not-applicable",
         UNDER_COMPILE: "pristine",
+        **dict.fromkeys(BOUNDARIES, "pristine"),
     }
     assert code == ExitCode.NEEDS_APPLY
     assert manifest(venv)["schema"] == 1, "check writes nothing"

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fi_patcher.errors import EnvironmentProblem, UsageError
 from fi_patcher.interrupts import checkpoint
@@ -264,13 +264,17 @@ def _wait(
     """The process's output once it ends; it is killed, with everything it started, when the
     time is up or a signal asks fi-patch to stop."""
     deadline = time.monotonic() + timeout
-    given = stdin
+    if stdin is not None and process.stdin is not None:
+        # Fed by a thread of its own: communicate() called again after a timeout sends no more
+        # of its input, so a payload larger than the pipe holds, given to a process that had
+        # not started reading within the first look, would never be sent whole.
+        pipe, process.stdin = process.stdin, None
+        threading.Thread(target=_feed, args=(pipe, stdin), daemon=True).start()
     try:
         while True:
             try:
-                return process.communicate(given, timeout=_LOOK)
+                return process.communicate(None, timeout=_LOOK)
             except subprocess.TimeoutExpired:
-                given = None
                 checkpoint()
                 if time.monotonic() >= deadline:
                     raise
@@ -279,6 +283,15 @@ def _wait(
             os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         raise
+
+
+def _feed(pipe: IO[bytes], data: bytes) -> None:
+    """Write `data` to the process's stdin and close it; a process that ended meanwhile has no
+    use for the rest."""
+    with contextlib.suppress(OSError, ValueError):
+        pipe.write(data)
+    with contextlib.suppress(OSError, ValueError):
+        pipe.close()
 
 
 _LOOK = 0.1
