@@ -22,6 +22,7 @@ from tests.support.cli import fi_patch, patch_result, state_of, states_of
 from tests.support.deps import fake_torch, use
 from tests.support.expected import expected
 from tests.support.releases import (
+    BOUNDARIES,
     CUDA,
     DECLARED,
     DECLARED_FAKE,
@@ -258,6 +259,7 @@ def test_a_failed_proof_rolls_back_only_the_files_it_covers(
         FORWARDING: "patched",
         OP_BOUNDARY: "not-applicable",
         UNDER_COMPILE: "pristine",
+        **dict.fromkeys(BOUNDARIES, "pristine"),
     }
 
 
@@ -282,6 +284,7 @@ def test_a_revert_whose_remaining_patch_fails_its_proof_is_rolled_back(
     states, _ = states_of(runner, venv)
     assert states == {
         **dict.fromkeys((CUDA, DECLARED, DECLARED_FAKE, FORWARDING, UNDER_COMPILE), "patched"),
+        **dict.fromkeys(BOUNDARIES, "patched"),
         OP_BOUNDARY: "not-applicable",
     }
 
