@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 
-from replay import check, main
+from replay import check_made, main
 
 
 def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
@@ -114,16 +114,23 @@ def run(torch, flashinfer):  # type: ignore[no-untyped-def]
     boundaries = getattr(flashinfer.utils, "_fi_patch_boundaries", None)
     if boundaries is None:
         return "flashinfer.utils has no _fi_patch_boundaries: apply the op-* patches first"
-    results, left_out = [], {}
-    for case, name, makers, fn in cases(torch, flashinfer):
-        entry = boundaries.get(name)
-        if entry is None or not entry.ready:
-            left_out[case] = entry.reason if entry is not None else "no op boundary here"
-            continue
-        results.append(check(torch, case, makers, fn))
-    for case, reason in left_out.items():
-        print(f"left as it is: {case}: {reason}")
-    return results, left_out
+    found = (
+        (case, boundaries.get(name), makers, fn)
+        for case, name, makers, fn in cases(torch, flashinfer)
+    )
+    return check_made(
+        torch,
+        (
+            (
+                case,
+                e is not None and e.ready,
+                e.reason if e is not None else "no op boundary here",
+                makers,
+                fn,
+            )
+            for case, e, makers, fn in found
+        ),
+    )
 
 
 if __name__ == "__main__":

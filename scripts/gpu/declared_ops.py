@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 
-from replay import check, main
+from replay import check_made, main
 
 
 def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
@@ -159,16 +159,23 @@ def run(torch, flashinfer):  # type: ignore[no-untyped-def]
     declared = getattr(flashinfer.utils, "_fi_patch_declared", None)
     if declared is None:
         return "flashinfer.utils has no _fi_patch_declared: apply declared-ops-custom first"
-    results, left_out = [], {}
-    for name, op, makers, fn in cases(torch, flashinfer):
-        entry = declared.get("flashinfer::" + op)
-        if not hasattr(flashinfer, name) or entry is None or not entry.ready:
-            left_out[name] = entry.reason if entry is not None else "not in this release"
-            continue
-        results.append(check(torch, name, makers, fn))
-    for name, reason in left_out.items():
-        print(f"left as it is: {name}: {reason}")
-    return results, left_out
+    found = (
+        (name, declared.get("flashinfer::" + op), makers, fn)
+        for name, op, makers, fn in cases(torch, flashinfer)
+    )
+    return check_made(
+        torch,
+        (
+            (
+                name,
+                hasattr(flashinfer, name) and e is not None and e.ready,
+                e.reason if e is not None else "not in this release",
+                makers,
+                fn,
+            )
+            for name, e, makers, fn in found
+        ),
+    )
 
 
 if __name__ == "__main__":
