@@ -279,10 +279,24 @@ def _wait(
                 if time.monotonic() >= deadline:
                     raise
     except BaseException:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
+        _killed(process)
         raise
+
+
+def _killed(process: subprocess.Popen[bytes]) -> None:
+    """Kill the process and everything it started, and reap it. Its pipes are read to their end
+    for a few seconds at most: something that left its session may hold them open, and fi-patch
+    must not wait on it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    try:
+        process.communicate(timeout=_AFTER_KILL)
+    except subprocess.TimeoutExpired:
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+        process.kill()
+        process.wait()
 
 
 def _feed(pipe: IO[bytes], data: bytes) -> None:
@@ -296,6 +310,9 @@ def _feed(pipe: IO[bytes], data: bytes) -> None:
 
 _LOOK = 0.1
 """Seconds between looks for a signal while a process of the target runs."""
+
+_AFTER_KILL = 5.0
+"""Seconds to read what a killed process had written before its pipes are given up."""
 
 
 def _unframe(stdout: str) -> dict[str, Any] | None:

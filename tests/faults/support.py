@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -243,7 +244,7 @@ protocol.prove = stuck
 """
 
 
-def paused(go: Path, *arguments: str | Path) -> subprocess.Popen[str]:
+def paused(go: Path, *arguments: str | Path) -> Started:
     return _started(PAUSED, go, *arguments)
 
 
@@ -251,7 +252,7 @@ def stuck(folder: Path, *arguments: str | Path) -> subprocess.CompletedProcess[s
     return _child(STUCK, folder, *arguments)
 
 
-def started(*arguments: str | Path) -> subprocess.Popen[str]:
+def started(*arguments: str | Path) -> Started:
     """fi-patch's real CLI, started and left running, as a terminal starts a command: with
     SIGINT's default action, even where the tests themselves run as a background job of a shell
     without job control (which starts them ignoring SIGINT, as it would fi-patch)."""
@@ -259,10 +260,34 @@ def started(*arguments: str | Path) -> subprocess.Popen[str]:
     return _started(foreground + "import sys\narguments = sys.argv[1:]\n", *arguments)
 
 
-def _started(script: str, *arguments: str | Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+class Started(subprocess.Popen[str]):
+    """fi-patch started and left running. A wait that runs out of time is a failure that shows
+    where each of fi-patch's threads stood (faulthandler, on SIGABRT), and leaving the block
+    kills a fi-patch still running: a hang fails its test instead of stopping the suite."""
+
+    def communicate(
+        self, input: str | None = None, timeout: float | None = None
+    ) -> tuple[str, str]:
+        try:
+            return super().communicate(input, timeout)
+        except subprocess.TimeoutExpired:
+            self.send_signal(signal.SIGABRT)
+            _, err = super().communicate(timeout=60)
+            raise AssertionError(
+                f"fi-patch still ran after {timeout} s; it stood at:\n{err}"
+            ) from None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.poll() is None:
+            self.kill()
+        super().__exit__(*exc)
+
+
+def _started(script: str, *arguments: str | Path) -> Started:
+    return Started(
         [sys.executable, "-c", script + MAIN, *map(str, arguments)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
