@@ -15,6 +15,7 @@ from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.support.cli import patch_result
 from tests.support.expected import expected
+from tests.support.releases import BOUNDARIES
 from tests.support.tool import ROOT, build_wheel
 from tests.support.venvs import target_file
 
@@ -50,6 +51,7 @@ def test_wheel_ships_the_patches_and_runs(installed_tool: Path, tmp_path: Path) 
         "fp4-op-keyword-forwarding",
         "fp4-quantize-op-boundary",
         "fp4-quantize-under-compile",
+        *BOUNDARIES,
     ]
     assert [s["name"] for s in patches[0]["shapes"]] == ["A", "B"]
     assert [p["proof"]["script"] for p in patches] == [
@@ -59,6 +61,7 @@ def test_wheel_ships_the_patches_and_runs(installed_tool: Path, tmp_path: Path) 
         "fp4_op_keyword_forwarding.py",
         "fp4_quantize_op_boundary.py",
         "fp4_quantize_under_compile.py",
+        *["boundaries.py"] * len(BOUNDARIES),
     ]
 
 

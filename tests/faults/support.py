@@ -225,6 +225,21 @@ def paused(self, *args, **kwargs):
 protocol.Protocol.run = paused
 """
 
+# Runs fi-patch's real CLI in a child process whose targets start their proofs after the write
+# together (a barrier of as many threads as there are targets), and which says so on stderr.
+MET = r"""
+import sys, threading
+from fi_patcher import protocol
+count, arguments = int(sys.argv[1]), sys.argv[2:]
+met = threading.Barrier(count, timeout=300)
+prove = protocol.prove
+def together(python, requests, timeout):
+    if requests and requests[0].mode == "after" and met.wait() == 0:
+        print("every target is proving", file=sys.stderr, flush=True)
+    return prove(python, requests, timeout)
+protocol.prove = together
+"""
+
 # Runs fi-patch's real CLI in a child process whose proofs after the write never finish, and
 # which, before it says so, bind-mounts `folder` read-only (the real mount of a sick disk):
 # putting back the file there fails, and every other file must still be put back.
@@ -248,16 +263,23 @@ def paused(go: Path, *arguments: str | Path) -> Started:
     return _started(PAUSED, go, *arguments)
 
 
+def met(count: int, *arguments: str | Path) -> Started:
+    """As `started`, with `count` targets that start their proofs after the write together."""
+    return _started(FOREGROUND + MET, str(count), *arguments)
+
+
 def stuck(folder: Path, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
     return _child(STUCK, folder, *arguments)
+
+
+FOREGROUND = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_DFL)\n"
 
 
 def started(*arguments: str | Path) -> Started:
     """fi-patch's real CLI, started and left running, as a terminal starts a command: with
     SIGINT's default action, even where the tests themselves run as a background job of a shell
     without job control (which starts them ignoring SIGINT, as it would fi-patch)."""
-    foreground = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_DFL)\n"
-    return _started(foreground + "import sys\narguments = sys.argv[1:]\n", *arguments)
+    return _started(FOREGROUND + "import sys\narguments = sys.argv[1:]\n", *arguments)
 
 
 class Started(subprocess.Popen[str]):

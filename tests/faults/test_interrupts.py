@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
-from tests.faults.support import records, signalled, started
+from tests.faults.support import met, records, signalled, started
 from tests.support.cli import states_of
 from tests.support.releases import (
     ACTIVATION,
@@ -128,11 +128,12 @@ def test_a_signal_before_any_write_says_nothing_was_written(venv_with: MakeVenv)
 
 
 def test_every_target_of_a_signalled_apply_is_put_back(venv_with: MakeVenv) -> None:
-    """Several targets are worked on in threads: the signal reaches each of them."""
+    """Several targets are worked on in threads: the signal reaches each of them. It is sent once
+    both prove what they wrote (one alone would be a race: the other might have finished)."""
     first, second = venv_with(RELEASE), venv_with(RELEASE)
-    arguments = ("-v", "apply", "--venv", first, "--venv", second, "--json")
-    with started(*arguments) as process:
-        _signalled_at(process, "proving the patched code", signal.SIGINT)
+    arguments = ("apply", "--venv", first, "--venv", second, "--json")
+    with met(2, *arguments) as process:
+        _signalled_at(process, "every target is proving", signal.SIGINT)
         out, err = process.communicate(timeout=300)
     assert process.returncode == ExitCode.INTERRUPTED, err
     results = json.loads(out)["results"]

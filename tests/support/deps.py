@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.releases import CACHE
+from tests.support.releases import CACHE, cache_lock
 from tests.support.venvs import site_packages
 
 # torch 2.14.1 is the CUDA 13.0 build: it imports without a GPU and reports torch.version.cuda
@@ -43,8 +43,13 @@ PTH = "_fi_patch_test_torch.pth"
 def shared(requirements: tuple[str, ...]) -> Path:
     key = hashlib.sha256("\n".join(requirements).encode()).hexdigest()[:12]
     folder = CACHE / "deps" / f"{requirements[0].replace('==', '-')}-{key}"
-    if (folder / ".complete").exists():
-        return folder
+    with cache_lock(f"deps-{folder.name}"):
+        if not (folder / ".complete").exists():
+            _install(requirements, folder)
+    return folder
+
+
+def _install(requirements: tuple[str, ...], folder: Path) -> None:
     partial = folder.with_name(folder.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     subprocess.run(
@@ -55,7 +60,6 @@ def shared(requirements: tuple[str, ...]) -> Path:
     (partial / ".complete").write_text("\n".join(requirements) + "\n")
     shutil.rmtree(folder, ignore_errors=True)
     partial.rename(folder)
-    return folder
 
 
 def use(venv: Path, folder: Path | None) -> None:

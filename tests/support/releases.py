@@ -7,13 +7,15 @@ checked against the sha256 the index publishes, and are kept in $FI_PATCH_TEST_C
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import tarfile
 import urllib.request
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -388,8 +390,9 @@ def _listing() -> dict[str, Any]:
     except OSError:
         return dict(json.loads(saved.read_bytes()))
     saved.parent.mkdir(parents=True, exist_ok=True)
-    saved.with_suffix(".part").write_bytes(data)
-    saved.with_suffix(".part").replace(saved)
+    part = saved.with_suffix(f".{os.getpid()}.part")
+    part.write_bytes(data)
+    part.replace(saved)
     return dict(json.loads(data))
 
 
@@ -403,8 +406,26 @@ def final_versions() -> list[str]:
     return [str(v) for v in sorted(versions) if not v.is_prerelease]
 
 
+@contextlib.contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """Hold the cache's lock `name` (a real flock): test processes sharing the cache (pytest's
+    workers, two runs) fill each entry once, one at a time."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f".{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def fetch(release: Release) -> Path:
     """The release's file, from the cache or the registry, verified by its sha256."""
+    with cache_lock(f"dist-{release.filename}"):
+        return _fetched(release)
+
+
+def _fetched(release: Release) -> Path:
     folder = CACHE / "dists"
     path = folder / release.filename
     digest_path = path.with_name(path.name + ".sha256")

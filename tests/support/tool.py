@@ -8,16 +8,20 @@ import tarfile
 from io import BytesIO
 from pathlib import Path
 
+from tests.support.releases import cache_lock
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_wheel(folder: Path) -> Path:
-    """The wheel, built the way `make dist` builds it (`python -m build`)."""
-    subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--outdir", folder, ROOT],
-        check=True,
-        capture_output=True,
-    )
+    """The wheel, built the way `make dist` builds it (`python -m build`). One build at a time:
+    setuptools works in the repository's own build/ folder."""
+    with cache_lock("build"):
+        subprocess.run(
+            [sys.executable, "-m", "build", "--wheel", "--outdir", folder, ROOT],
+            check=True,
+            capture_output=True,
+        )
     (wheel,) = folder.glob("fi_patch-*.whl")
     return wheel
 
