@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 dev: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest --cov --cov-branch --cov-report=term
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 --cov --cov-branch --cov-report=term
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check src tests patches benchmarks
