@@ -192,7 +192,7 @@ def test_the_proof_process_stops_when_fi_patch_is_killed(venv_with: MakeVenv) ->
 
 def test_a_target_whose_child_left_its_session_is_not_waited_for() -> None:
     """A process of the target that starts one of its own in a new session, holding the same
-    pipes (a worker pool does this), is out of reach of the kill fi-patch sends when the time is
+    pipes (a daemon may), is out of reach of the kill fi-patch sends when the time is
     up: fi-patch gives up its pipes a few seconds later instead of waiting for that one to end."""
     from fi_patcher.environment import run_target
     from fi_patcher.errors import EnvironmentProblem
@@ -203,14 +203,14 @@ def test_a_target_whose_child_left_its_session_is_not_waited_for() -> None:
         " start_new_session=True)\n"
         "time.sleep(40)\n"
     )
-    started = time.monotonic()
+    began = time.monotonic()
     try:
         run_target(Path(sys.executable), ["-c", script], timeout=2, what="test")
     except EnvironmentProblem as problem:
         assert "did not finish the test within 2 s" in str(problem)
     else:
         raise AssertionError("the run ended by itself")
-    assert time.monotonic() - started < 25  # that one ends itself at 40 s
+    assert time.monotonic() - began < 25  # that one ends itself at 40 s
 
 
 def _children(pid: int) -> list[int]:
