@@ -114,23 +114,13 @@ def run(torch, flashinfer):  # type: ignore[no-untyped-def]
     boundaries = getattr(flashinfer.utils, "_fi_patch_boundaries", None)
     if boundaries is None:
         return "flashinfer.utils has no _fi_patch_boundaries: apply the op-* patches first"
-    found = (
-        (case, boundaries.get(name), makers, fn)
-        for case, name, makers, fn in cases(torch, flashinfer)
-    )
-    return check_made(
-        torch,
-        (
-            (
-                case,
-                e is not None and e.ready,
-                e.reason if e is not None else "no op boundary here",
-                makers,
-                fn,
-            )
-            for case, e, makers, fn in found
-        ),
-    )
+    made = []
+    for case, name, makers, fn in cases(torch, flashinfer):
+        entry = boundaries.get(name)
+        ready = entry is not None and entry.ready
+        reason = entry.reason if entry is not None else "no op boundary here"
+        made.append((case, ready, reason, makers, fn))
+    return check_made(torch, made)
 
 
 if __name__ == "__main__":

@@ -159,23 +159,13 @@ def run(torch, flashinfer):  # type: ignore[no-untyped-def]
     declared = getattr(flashinfer.utils, "_fi_patch_declared", None)
     if declared is None:
         return "flashinfer.utils has no _fi_patch_declared: apply declared-ops-custom first"
-    found = (
-        (name, declared.get("flashinfer::" + op), makers, fn)
-        for name, op, makers, fn in cases(torch, flashinfer)
-    )
-    return check_made(
-        torch,
-        (
-            (
-                name,
-                hasattr(flashinfer, name) and e is not None and e.ready,
-                e.reason if e is not None else "not in this release",
-                makers,
-                fn,
-            )
-            for name, e, makers, fn in found
-        ),
-    )
+    made = []
+    for name, op, makers, fn in cases(torch, flashinfer):
+        entry = declared.get("flashinfer::" + op)
+        ready = hasattr(flashinfer, name) and entry is not None and entry.ready
+        reason = entry.reason if entry is not None else "not in this release"
+        made.append((name, ready, reason, makers, fn))
+    return check_made(torch, made)
 
 
 if __name__ == "__main__":
