@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from fi_patcher import __version__
 from fi_patcher.codemod import compose, take_out
 from fi_patcher.errors import ExitCode
 from fi_patcher.model import Boundary
@@ -23,14 +24,21 @@ from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.expected import PATCHES
 from tests.support.releases import (
     ACTIVATION,
+    BATCHED,
     BMM_FP8,
     BOUNDARIES,
     DECLARED,
+    FP4,
+    FP8_QUANT,
     GELU,
     GEMM,
+    GROUPED,
+    INTERLEAVE,
     MM_FP4,
     MM_FP8,
+    MXFP8,
     SILU,
+    SILU_EXPERTS,
     release,
     released_text,
 )
@@ -40,12 +48,17 @@ from tests.support.venvs import create_venv, install, python_of, site_packages
 # The releases issue 22 names, and the first of the 0.7 line.
 LIFECYCLE = ["0.6.7.post2", "0.6.8.post1", "0.7.0", "0.7.4"]
 ENTRY_POINTS = {
+    INTERLEAVE: "block_scale_interleave",
     BMM_FP8: "bmm_fp8",
     GELU: "gelu_and_mul",
     "op-gelu-tanh-and-mul": "gelu_tanh_and_mul",
     MM_FP4: "mm_fp4",
     MM_FP8: "mm_fp8",
     SILU: "silu_and_mul",
+    MXFP8: "mxfp8_quantize",
+    BATCHED: "nvfp4_batched_quantize",
+    GROUPED: "scaled_fp4_grouped_quantize",
+    SILU_EXPERTS: "silu_and_mul_scaled_nvfp4_experts_quantize",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -64,7 +77,27 @@ PROVEN = {
         "positional, by keyword, out=, a dynamic batch dimension",
         "out_dtype float16, out of the wrong shape",
     ),
+    "mxfp8_quantize": (
+        "positional, by keyword, linear scales, 8x4 scales, alignment 128, float16 on the CPU, "
+        "a dynamic batch dimension",
+        "a last dimension not a multiple of 32, an unknown backend, 8x4 scales on the CPU",
+    ),
+    "nvfp4_batched": ("positional, by keyword, a dynamic batch dimension", "a 2-D input"),
+    "nvfp4_grouped": (
+        "positional, by keyword, a dynamic token dimension",
+        "k not a multiple of 16",
+    ),
+    "nvfp4_silu_experts": (
+        "positional, by keyword, a dynamic token dimension",
+        "k not a multiple of 16",
+    ),
+    # out= from 0.7.2.post1: the proof adds its forms where the function takes it.
+    "block_scale_interleave": (
+        "positional, by keyword, 3-D bfloat16, by its other name, a dynamic dimension",
+        "float32 scales, a 1-D input",
+    ),
 }
+OUT_FORMS = {"block_scale_interleave": (", out=", ", out of the wrong size")}
 
 
 def test_each_patch_names_its_entry_point_and_an_op_of_the_same_name() -> None:
@@ -187,7 +220,17 @@ def binding(fn, *args, **kwargs):
     except TypeError:
         ours = "TypeError"
     return [python, ours]
+def refusal(fn, *args):
+    # The TypeError Dynamo met while tracing, as its message carries it.
+    try:
+        torch.compile(fn, fullgraph=True, backend=lambda gm, inputs: gm)(*args)
+    except Exception as exc:
+        found = [l for l in str(exc).splitlines() if "raised exception TypeError" in l]
+        return found[0].split("TypeError(", 1)[1] if found else str(exc).splitlines()[0]
+    return "traced"
 x = torch.randn(4, 256, dtype=torch.bfloat16)
+q = torch.empty(2, 64, 128, dtype=torch.bfloat16, device="meta")
+qs = torch.empty(1, device="meta")
 print(json.dumps({
     "ready": {name: e.ready for name, e in sorted(utils._fi_patch_boundaries.items())},
     "schema": str(torch.ops.fi_patch.silu_and_mul.default._schema),
@@ -209,6 +252,16 @@ print(json.dumps({
     "missing argument": graph(lambda x: flashinfer.silu_and_mul(out=x), x),
     "two calls": graph(lambda x: flashinfer.gelu_and_mul(flashinfer.silu_and_mul(x)), x),
     "mm_fp4 schema": str(torch.ops.fi_patch.mm_fp4.default._schema),
+    "mxfp8 schema": str(torch.ops.fi_patch.mxfp8_quantize.default._schema),
+    "batched schema": str(torch.ops.fi_patch.nvfp4_batched_quantize.default._schema),
+    "kept": list(utils._fi_patch_boundaries["nvfp4_batched_quantize"].kept),
+    "4over6 passed": refusal(
+        lambda q: flashinfer.nvfp4_batched_quantize(q, qs, nvfp4_4over6=None), q
+    ),
+    "one function by two names": (
+        flashinfer.nvfp4_block_scale_interleave is flashinfer.block_scale_interleave
+        and "_torchdynamo_inline" in vars(flashinfer.block_scale_interleave)
+    ),
     "dynamo imported": dynamo,
 }))
 """
@@ -227,7 +280,7 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     venv = create_venv(tmp_path / "venv")
     install(venv, release(version))
     use(venv, shared(CUDA_TORCH))
-    originals = {f: released_text(release(version), f) for f in (ACTIVATION, GEMM)}
+    originals = {f: released_text(release(version), f) for f in (ACTIVATION, GEMM, FP4, FP8_QUANT)}
     named = [x for p in (DECLARED, *BOUNDARIES) for x in ("--patch", p)]
 
     before = fi_patch(runner, "check", "--venv", venv, *named, "--json")
@@ -242,7 +295,10 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
         name = ENTRY_POINTS[patch_id]
         assert f"no op boundary for {name}" in proofs["before"]["summary"]
-        forms, refused = PROVEN[PATCHES[patch_id].operation.fake]  # type: ignore[union-attr]
+        fake = PATCHES[patch_id].operation.fake  # type: ignore[union-attr]
+        forms, refused = PROVEN[fake]
+        if fake in OUT_FORMS and version == "0.7.4":
+            forms, refused = forms + OUT_FORMS[fake][0], refused + OUT_FORMS[fake][1]
         assert proofs["after"]["summary"] == (
             f"passes ({name} traces to one fi_patch op per call ({forms}), runs as it is "
             f"eagerly, and its op and the op's fake give the eager call's shapes, strides, "
@@ -274,6 +330,32 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     assert "ScalarType out_dtype, Tensor? out, SymInt block_size, " in schema
     assert "str backend, bool use_nvfp4, bool enable_pdl" in schema
     assert ("bool batch_invariant" in schema) == (version == "0.7.4")
+    # An IntEnum (SfLayout) reaches the op as an int; unannotated parameters as the patch
+    # types them.
+    assert seen["mxfp8 schema"] == (
+        "fi_patch::mxfp8_quantize(Tensor input, bool is_sf_swizzled_layout, SymInt alignment, "
+        "bool? enable_pdl, str backend, SymInt? sf_swizzle_layout"
+        + (", bool batch_invariant" if version == "0.7.4" else "")
+        + ") -> (Tensor, Tensor)"
+    )
+    assert seen["batched schema"] == (
+        "fi_patch::nvfp4_batched_quantize(Tensor a, Tensor a_global_sf, SymInt sf_vec_size) "
+        "-> (Tensor, Tensor)"
+    )
+    # nvfp4_4over6 (0.7.1 on) defaults to a sentinel no schema holds: the op leaves it to it,
+    # and a traced call that passes it stops with a TypeError that says so.
+    if version == "0.7.4":
+        assert seen["kept"] == ["nvfp4_4over6"]
+        assert seen["4over6 passed"] == (
+            "\"fi-patch's op for nvfp4_batched_quantize() leaves nvfp4_4over6 to its default: "
+            'pass it only outside torch.compile")'
+        )
+    else:
+        assert seen["kept"] == []
+        assert seen["4over6 passed"] == (
+            "\"nvfp4_batched_quantize() got an unexpected keyword argument 'nvfp4_4over6'\")"
+        )
+    assert seen["one function by two names"] is True
     assert seen["dynamo imported"] is False
 
     reverted = fi_patch(runner, "revert", "--venv", venv)
@@ -316,12 +398,13 @@ def test_an_upgrade_writes_utils_again_for_the_op_boundaries(
     declared = patch_result(run.json, DECLARED)
     assert declared["action"] == "rewritten"
     assert declared["message"].startswith(
-        "flashinfer/utils.py is written again as fi-patch 0.8.0 writes it, for op-silu-and-mul"
+        f"flashinfer/utils.py is written again as fi-patch {__version__} writes it, for "
+        "op-silu-and-mul"
     )
     assert declared["verification"]["after"]["passed"] is True
     assert patch_result(run.json, SILU)["action"] == "applied"
     manifest = json.loads((venv / ".fi-patch" / "manifest.json").read_text())
     versions = {p["id"]: p["fi_patch_version"] for f in manifest["files"] for p in f["patches"]}
-    assert versions == {DECLARED: "0.8.0", SILU: "0.8.0"}
+    assert versions == {DECLARED: __version__, SILU: __version__}
     after = fi_patch(runner, "check", "--venv", venv, "--patch", DECLARED, "--patch", SILU)
     assert after.code == ExitCode.OK, after.stdout

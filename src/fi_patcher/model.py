@@ -98,6 +98,8 @@ class Boundary:
     check: str = ""
     """FlashInfer's own check of the problem, a function of the entry point's module, which the
     fake runs first; none where empty."""
+    types: tuple[tuple[str, str], ...] = ()
+    """The op's type (`Tensor`, `int`, ...) of each parameter FlashInfer left unannotated."""
 
     kind = "op-boundary"
 
@@ -110,6 +112,7 @@ class Boundary:
             f'        {function}, "{self.op}", fake="{self.fake}", rule="{rule}", '
             f'out="{self.out}", returns={self.returns}'
             + (f',\n        check="{self.check}"' if self.check else "")
+            + (f",\n        types={dict(self.types)!r}" if self.types else "")
             + "\n    )\n"
         )
 

@@ -119,6 +119,7 @@ def _parse_operation(data: dict[str, Any], declarations: Sequence[Declaration]) 
             data.get("out", ""),
             int(data.get("returns", 1)),
             data.get("check", ""),
+            tuple(data.get("types", {}).items()),
         )
     raise KeyError(f"operation kind {kind!r}")
 
@@ -202,6 +203,12 @@ def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
         for s in patch.shapes
         if s.text and boundary.fake in rules and s.text not in rules[boundary.fake]
     ]
+    named = boundary_types()
+    problems += [
+        f"parameter {p}: the op has no type {t!r} (it knows {', '.join(named)})"
+        for p, t in boundary.types
+        if t not in named
+    ]
     if not boundary.op.isidentifier():
         problems.append(f"op {boundary.op!r} is not a name")
     if boundary.returns < 1:
@@ -215,13 +222,26 @@ def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
 def boundary_rules() -> dict[str, tuple[str, ...]]:
     """The fakes of placed/op_boundary.py and the rules each knows (`_fi_patch_boundary_rules`),
     read from its text: fi-patch never imports what it places."""
+    return dict(ast.literal_eval(_boundary_value("_fi_patch_boundary_rules")))
+
+
+@cache
+def boundary_types() -> tuple[str, ...]:
+    """The names a patch may type a parameter with (`_fi_patch_named_types`' keys)."""
+    value = _boundary_value("_fi_patch_named_types")
+    assert isinstance(value, ast.Dict)
+    return tuple(ast.literal_eval(k) for k in value.keys if k is not None)
+
+
+def _boundary_value(name: str) -> ast.expr:
     text = resources.files("fi_patcher.placed").joinpath("op_boundary.py").read_text("utf-8")
     for node in ast.parse(text).body:
-        if not isinstance(node, ast.Assign):
-            continue
-        if [getattr(t, "id", "") for t in node.targets] == ["_fi_patch_boundary_rules"]:
-            return dict(ast.literal_eval(node.value))
-    raise RegistryError("placed/op_boundary.py has no _fi_patch_boundary_rules")
+        if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == [name]:
+            return node.value
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == name:
+            assert node.value is not None
+            return node.value
+    raise RegistryError(f"placed/op_boundary.py has no {name}")
 
 
 def _parse_requirements(data: dict[str, Any]) -> Requirements:

@@ -46,12 +46,23 @@ GELU_TANH = "op-gelu-tanh-and-mul"
 MM_FP4 = "op-mm-fp4"
 MM_FP8 = "op-mm-fp8"
 SILU = "op-silu-and-mul"
-BOUNDARIES = (BMM_FP8, GELU, GELU_TANH, MM_FP4, MM_FP8, SILU)
+INTERLEAVE = "op-block-scale-interleave"
+MXFP8 = "op-mxfp8-quantize"
+BATCHED = "op-nvfp4-batched-quantize"
+GROUPED = "op-scaled-fp4-grouped-quantize"
+SILU_EXPERTS = "op-silu-and-mul-scaled-nvfp4-experts-quantize"
+QUANTIZERS = (INTERLEAVE, MXFP8, BATCHED, GROUPED, SILU_EXPERTS)
+"""The op-boundary patches of the quantizers: silu_and_mul_scaled_nvfp4_experts_quantize in
+flashinfer/activation.py from 0.6.0; from 0.6.7 mxfp8_quantize in FP8_QUANT and the others in
+FP4."""
+BOUNDARIES = (INTERLEAVE, BMM_FP8, GELU, GELU_TANH, MM_FP4, MM_FP8, MXFP8, BATCHED, GROUPED)
+BOUNDARIES += (SILU, SILU_EXPERTS)
 """The op-boundary patches, one public entry point each, in registry order: the activations
 (flashinfer/activation.py, from 0.6.0), bmm_fp8 and mm_fp8 (from 0.6.0) and mm_fp4 (from 0.6.7)
-in flashinfer/gemm/gemm_base.py."""
+in flashinfer/gemm/gemm_base.py, and QUANTIZERS."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
+FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
 
 
 @dataclass(frozen=True)
@@ -104,112 +115,170 @@ UTILS_SHA256 = {
 # The shape of each op-* patch in the releases below, where one applies (taken from each
 # release's files; tests/test_registry.py checks each against the release's hashes).
 BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
-    "0.6.0": {BMM_FP8: "0.6.0", GELU: "0.6.0", GELU_TANH: "0.6.0", MM_FP8: "0.6.0", SILU: "0.6.0"},
+    "0.6.0": {
+        BMM_FP8: "0.6.0",
+        GELU: "0.6.0",
+        GELU_TANH: "0.6.0",
+        MM_FP8: "0.6.0",
+        SILU: "0.6.0",
+        SILU_EXPERTS: "0.6.0",
+    },
     "0.6.0rc1": {
         BMM_FP8: "0.6.0",
         GELU: "0.6.0",
         GELU_TANH: "0.6.0",
         MM_FP8: "0.6.0",
         SILU: "0.6.0",
+        SILU_EXPERTS: "0.6.0",
     },
     "0.6.7": {
+        INTERLEAVE: "0.6.7",
         BMM_FP8: "0.6.0",
         GELU: "0.6.0",
         GELU_TANH: "0.6.0",
         MM_FP4: "0.6.7",
         MM_FP8: "0.6.0",
+        MXFP8: "0.6.7",
+        BATCHED: "0.6.7",
+        GROUPED: "0.6.7",
         SILU: "0.6.0",
+        SILU_EXPERTS: "0.6.0",
     },
     "0.6.8": {
+        INTERLEAVE: "0.6.7",
         BMM_FP8: "0.6.0",
         GELU: "0.6.0",
         GELU_TANH: "0.6.0",
         MM_FP4: "0.6.7",
         MM_FP8: "0.6.0",
+        MXFP8: "0.6.7",
+        BATCHED: "0.6.7",
+        GROUPED: "0.6.7",
         SILU: "0.6.0",
+        SILU_EXPERTS: "0.6.0",
     },
     "0.6.10": {
+        INTERLEAVE: "0.6.7",
         BMM_FP8: "0.6.10",
         GELU: "0.6.10",
         GELU_TANH: "0.6.10",
         MM_FP4: "0.6.10",
         MM_FP8: "0.6.10",
+        MXFP8: "0.6.10",
+        BATCHED: "0.6.7",
+        GROUPED: "0.6.7",
         SILU: "0.6.10",
+        SILU_EXPERTS: "0.6.10",
     },
     "0.6.11.post3": {
+        INTERLEAVE: "0.6.7",
         BMM_FP8: "0.6.11.post2",
         GELU: "0.6.10",
         GELU_TANH: "0.6.10",
         MM_FP4: "0.6.11.post2",
         MM_FP8: "0.6.10",
+        MXFP8: "0.6.10",
+        BATCHED: "0.6.7",
+        GROUPED: "0.6.7",
         SILU: "0.6.10",
+        SILU_EXPERTS: "0.6.10",
     },
     "0.6.12": {
+        INTERLEAVE: "0.6.7",
         BMM_FP8: "0.6.12",
         GELU: "0.6.10",
         GELU_TANH: "0.6.10",
         MM_FP4: "0.6.12",
         MM_FP8: "0.6.10",
+        MXFP8: "0.6.12",
+        BATCHED: "0.6.7",
+        GROUPED: "0.6.7",
         SILU: "0.6.10",
+        SILU_EXPERTS: "0.6.10",
     },
     "0.6.18.post1": {
+        INTERLEAVE: "0.6.7",
         BMM_FP8: "0.6.18",
         GELU: "0.6.10",
         GELU_TANH: "0.6.10",
         MM_FP4: "0.6.12",
         MM_FP8: "0.6.10",
+        MXFP8: "0.6.12",
+        BATCHED: "0.6.7",
+        GROUPED: "0.6.7",
         SILU: "0.6.10",
+        SILU_EXPERTS: "0.6.10",
     },
     "0.7.0": {
+        INTERLEAVE: "0.6.7",
         BMM_FP8: "0.6.18",
         GELU: "0.6.10",
         GELU_TANH: "0.6.10",
         MM_FP4: "0.7.0",
         MM_FP8: "0.7.0",
+        MXFP8: "0.6.12",
+        BATCHED: "0.6.7",
+        GROUPED: "0.6.7",
         SILU: "0.6.10",
+        SILU_EXPERTS: "0.6.10",
     },
     "0.7.1": {
+        INTERLEAVE: "0.6.7",
         BMM_FP8: "0.6.18",
         GELU: "0.7.1",
         GELU_TANH: "0.7.1",
         MM_FP4: "0.7.1",
         MM_FP8: "0.7.0",
+        MXFP8: "0.6.12",
+        BATCHED: "0.7.1",
+        GROUPED: "0.7.1",
         SILU: "0.7.1",
+        SILU_EXPERTS: "0.7.1",
     },
     "0.7.2rc6": {
+        INTERLEAVE: "0.7.2.post1",
         BMM_FP8: "0.6.18",
         GELU: "0.7.1",
         GELU_TANH: "0.7.1",
         MM_FP4: "0.7.2",
         MM_FP8: "0.7.2.post1",
+        MXFP8: "0.6.12",
+        BATCHED: "0.7.1",
+        GROUPED: "0.7.1",
         SILU: "0.7.1",
+        SILU_EXPERTS: "0.7.1",
     },
     "0.7.4": {
+        INTERLEAVE: "0.7.2.post1",
         BMM_FP8: "0.7.4",
         GELU: "0.7.1",
         GELU_TANH: "0.7.1",
         MM_FP4: "0.7.4",
         MM_FP8: "0.7.4",
+        MXFP8: "0.7.4",
+        BATCHED: "0.7.1",
+        GROUPED: "0.7.1",
         SILU: "0.7.1",
+        SILU_EXPERTS: "0.7.1",
     },
 }
 
 
-# sha256[:12] of flashinfer/activation.py and flashinfer/gemm/gemm_base.py in those releases,
-# taken from the archives the index verified.
+# sha256[:12] of flashinfer/activation.py, flashinfer/gemm/gemm_base.py and FP8_QUANT (None
+# where the release has none) in those releases, taken from the archives the index verified.
 BOUNDARY_SHA256 = {
-    "0.6.0": ("1765f231560c", "90cb9e8feee2"),
-    "0.6.0rc1": ("1765f231560c", "c3051afefaa1"),
-    "0.6.7": ("9824de31ad99", "151300d7bbf4"),
-    "0.6.8": ("9824de31ad99", "99fc985248ab"),
-    "0.6.10": ("bed9a9dff1a3", "8e59704a90d8"),
-    "0.6.11.post3": ("bed9a9dff1a3", "410a66f72e77"),
-    "0.6.12": ("bed9a9dff1a3", "9b7508e3e838"),
-    "0.6.18.post1": ("df3bc86b3ee8", "de6b7ec299f4"),
-    "0.7.0": ("df3bc86b3ee8", "6ab2f4f8496b"),
-    "0.7.1": ("39004c0b1229", "d8ea9f8f256b"),
-    "0.7.2rc6": ("39004c0b1229", "d926b7d9fdd9"),
-    "0.7.4": ("e7d41e379f33", "2a4b3bc59bef"),
+    "0.6.0": ("1765f231560c", "90cb9e8feee2", None),
+    "0.6.0rc1": ("1765f231560c", "c3051afefaa1", None),
+    "0.6.7": ("9824de31ad99", "151300d7bbf4", "4e706a40f881"),
+    "0.6.8": ("9824de31ad99", "99fc985248ab", "4e706a40f881"),
+    "0.6.10": ("bed9a9dff1a3", "8e59704a90d8", "7966dce6ca9c"),
+    "0.6.11.post3": ("bed9a9dff1a3", "410a66f72e77", "7966dce6ca9c"),
+    "0.6.12": ("bed9a9dff1a3", "9b7508e3e838", "3aab58b80101"),
+    "0.6.18.post1": ("df3bc86b3ee8", "de6b7ec299f4", "4bc6d4607649"),
+    "0.7.0": ("df3bc86b3ee8", "6ab2f4f8496b", "dea7eb0495f8"),
+    "0.7.1": ("39004c0b1229", "d8ea9f8f256b", "21f94d342a2d"),
+    "0.7.2rc6": ("39004c0b1229", "d926b7d9fdd9", "a77faf3930b7"),
+    "0.7.4": ("e7d41e379f33", "2a4b3bc59bef", "f649208212cd"),
 }
 
 
@@ -219,7 +288,8 @@ def _declaring(r: Release) -> Release:
     BOUNDARY_SHAPES says."""
     prefixes = {**r.sha256_prefixes, UTILS: UTILS_SHA256[r.version]}
     if r.version in BOUNDARY_SHA256:
-        prefixes |= dict(zip((ACTIVATION, GEMM), BOUNDARY_SHA256[r.version], strict=True))
+        found = zip((ACTIVATION, GEMM, FP8_QUANT), BOUNDARY_SHA256[r.version], strict=True)
+        prefixes |= {relpath: prefix for relpath, prefix in found if prefix is not None}
     shapes = {**r.shapes, **DECLARED_SHAPES, **BOUNDARY_SHAPES.get(r.version, {})}
     return replace(r, shapes=shapes, sha256_prefixes=prefixes)
 

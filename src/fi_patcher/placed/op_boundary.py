@@ -19,14 +19,16 @@
 #
 # Annotations are strings: the host's Python (3.8 for older releases) never evaluates them, and
 # mypy reads them.
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
 _fi_patch_boundaries: "Dict[str, _FiPatchBoundary]" = {}
 
 
-# One entry point: FlashInfer's function, the ops made of it (or why none), and its parameters.
+# One entry point: FlashInfer's function, the ops made of it (or why none), and its parameters:
+# all of them in order (`names`), those the op leaves to their default (`kept`: torch has no
+# schema type for them), and those typed by an IntEnum, passed to the op as int (`enums`).
 class _FiPatchBoundary(object):
     def __init__(self, name: "str", fn: "Any") -> "None":
         self.name = name
@@ -36,6 +38,8 @@ class _FiPatchBoundary(object):
         self.names: "Tuple[str, ...]" = ()
         self.defaults: "Tuple[Any, ...]" = ()
         self.positional = 0
+        self.kept: "Tuple[str, ...]" = ()
+        self.enums: "Dict[str, Any]" = {}
         self.ready = False
         self.reason = ""
 
@@ -43,6 +47,16 @@ class _FiPatchBoundary(object):
 # A parameter the caller must pass: it has no default.
 class _FiPatchRequired(object):
     pass
+
+
+# The types a patch may give a parameter FlashInfer left unannotated.
+_fi_patch_named_types = {
+    "Tensor": torch.Tensor,
+    "int": int,
+    "float": float,
+    "bool": bool,
+    "str": str,
+}
 
 
 def _fi_patch_boundary(
@@ -53,6 +67,7 @@ def _fi_patch_boundary(
     out: "str" = "",
     returns: "int" = 1,
     check: "str" = "",
+    types: "Optional[Dict[str, str]]" = None,
 ) -> "Any":
     entry = _FiPatchBoundary(name, fn)
     _fi_patch_boundaries[name] = entry
@@ -64,7 +79,7 @@ def _fi_patch_boundary(
             entry.reason = "fi-patch has no fake %r with the rule %r" % (fake, rule)
         else:
             made = _fi_patch_boundary_fakes[fake]
-            _fi_patch_make_boundary(entry, made, rule, checking, out, returns)
+            _fi_patch_make_boundary(entry, made, rule, checking, out, returns, types or {})
     except Exception as exc:
         entry.reason = "torch cannot make it an op: %s" % (str(exc).strip().splitlines() or [""])[0]
     return fn
@@ -80,6 +95,9 @@ def _fi_patch_boundary_check(fn: "Any", check: "str") -> "Any":
     return found if callable(found) else None
 
 
+# The op's parameters: each of the entry point's, typed by its annotation (or, unannotated, by
+# the patch's `types`), but those torch has no type for that have a default: the op leaves them
+# to it. `out` is the parameter the entry point writes into, where this text has it.
 def _fi_patch_make_boundary(
     entry: "_FiPatchBoundary",
     fake: "_FiPatchFake",
@@ -87,6 +105,7 @@ def _fi_patch_make_boundary(
     check: "Any",
     out: "str",
     returns: "int",
+    types: "Dict[str, str]",
 ) -> "None":
     import inspect
     import typing
@@ -96,6 +115,7 @@ def _fi_patch_make_boundary(
     names: "List[str]" = []
     defaults: "List[Any]" = []
     typed: "List[inspect.Parameter]" = []
+    kept: "List[str]" = []
     positional = 0
     tuples: "List[str]" = []
     for parameter in inspect.signature(fn).parameters.values():
@@ -108,7 +128,18 @@ def _fi_patch_make_boundary(
         if parameter.kind != parameter.KEYWORD_ONLY:
             positional += 1
         default = parameter.default
-        kind = _fi_patch_op_type(hints.get(parameter.name, parameter.empty), default)
+        names.append(parameter.name)
+        defaults.append(_FiPatchRequired if default is parameter.empty else default)
+        annotation = hints.get(parameter.name, parameter.empty)
+        if annotation is parameter.empty and parameter.name in types:
+            annotation = _fi_patch_named_types[types[parameter.name]]
+        enum = _fi_patch_int_enum(annotation)
+        if enum is not None:
+            entry.enums[parameter.name] = enum
+        kind = _fi_patch_op_type(annotation, default)
+        if kind is None and default is not parameter.empty:
+            kept.append(parameter.name)
+            continue
         if kind is None:
             entry.reason = "parameter %s is typed %s, which no op schema holds" % (
                 parameter.name,
@@ -117,31 +148,34 @@ def _fi_patch_make_boundary(
             return
         if parameter.name == out:
             kind = typing.Optional[torch.Tensor]
-        if _fi_patch_is_tuple(hints.get(parameter.name)):
+        if _fi_patch_is_tuple(annotation):
             tuples.append(parameter.name)
-        names.append(parameter.name)
-        defaults.append(_FiPatchRequired if default is parameter.empty else default)
         typed.append(
             inspect.Parameter(parameter.name, parameter.POSITIONAL_OR_KEYWORD, annotation=kind)
         )
-    if out and out not in names:
-        entry.reason = "it has no parameter %s" % out
-        return
+    passed = [p.name for p in typed]
+    if out not in passed:
+        out = ""
     result = torch.Tensor if returns == 1 else typing.Tuple[(torch.Tensor,) * returns]
+    enums = entry.enums
 
     def arguments(values: "Tuple[Any, ...]") -> "Dict[str, Any]":
-        # An op schema holds a sequence as a list: FlashInfer compares some with tuples.
-        named = dict(zip(names, values))
+        # An op schema holds a sequence as a list: FlashInfer compares some with tuples; and an
+        # IntEnum as an int: FlashInfer reads its members.
+        named = dict(zip(passed, values))
         for name in tuples:
             if named[name] is not None:
                 named[name] = tuple(named[name])
+        for name, enum in enums.items():
+            if named.get(name) is not None:
+                named[name] = enum(named[name])
         return named
 
     def run(*values: "Any") -> "Any":
         return fn(**arguments(values))
 
     def faked(*values: "Any") -> "Any":
-        return fake(dict(zip(names, values)), rule, check)
+        return fake(dict(zip(passed, values)), rule, check)
 
     run.__signature__ = inspect.Signature(typed, return_annotation=result)  # type: ignore[attr-defined]
     entry.op = torch.library.custom_op("fi_patch::" + entry.name, run, mutates_args=())
@@ -151,7 +185,7 @@ def _fi_patch_make_boundary(
     # eager call runs. (torch takes no autograd formula for an op that writes its input: the
     # out= op has none.)
     entry.op.register_autograd(_fi_patch_boundary_no_grad, setup_context=_fi_patch_no_grad_setup)
-    at = names.index(out) if out else -1
+    at = passed.index(out) if out else -1
     if out:
 
         def run_out(*values: "Any") -> "None":
@@ -164,6 +198,7 @@ def _fi_patch_make_boundary(
         )
         entry.out_op.register_fake(faked)
     entry.names, entry.defaults, entry.positional = tuple(names), tuple(defaults), positional
+    entry.kept = tuple(kept)
     _fi_patch_boundary_route(entry, at)
 
 
@@ -185,18 +220,32 @@ def _fi_patch_is_tuple(annotation: "Any") -> "bool":
 
 
 # Dynamo traces `traced` where it meets the entry point: the arguments bound as Python binds
-# them (TypeError where Python raises one), then one op.
+# them (TypeError where Python raises one), then one op. A call that passes a parameter the op
+# leaves to its default raises TypeError while tracing, naming it: a fullgraph compile stops
+# there; any other runs that call eagerly.
 def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
     name, names, defaults, positional = entry.name, entry.names, entry.defaults, entry.positional
+    kept = [names.index(k) for k in entry.kept]
+    enums = [names.index(e) for e in entry.enums]
     op = getattr(torch.ops.fi_patch, name)
     out_op = getattr(torch.ops.fi_patch, name + "_out") if at >= 0 else None
 
     def traced(*args: "Any", **kwargs: "Any") -> "Any":
         values = _fi_patch_boundary_bind(name, names, defaults, positional, args, kwargs)
-        if out_op is not None and values[at] is not None:
-            out_op(*values)
-            return values[at]
-        return op(*values)
+        for index in kept:
+            if values[index] is not defaults[index]:
+                raise TypeError(
+                    "fi-patch's op for %s() leaves %s to its default: pass it only outside "
+                    "torch.compile" % (name, names[index])
+                )
+        for index in enums:
+            if values[index] is not None:
+                values[index] = int(values[index])
+        passed = [v for index, v in enumerate(values) if index not in kept]
+        if out_op is not None and passed[at] is not None:
+            out_op(*passed)
+            return passed[at]
+        return op(*passed)
 
     entry.fn._torchdynamo_inline = traced
     entry.ready = True
@@ -228,9 +277,20 @@ def _fi_patch_boundary_bind(
     return values
 
 
+# The IntEnum class an annotation names (alone or optional), or None.
+def _fi_patch_int_enum(annotation: "Any") -> "Any":
+    import enum
+    import typing
+
+    for kind in (annotation, *typing.get_args(annotation)):
+        if isinstance(kind, type) and issubclass(kind, enum.IntEnum):
+            return kind
+    return None
+
+
 # The type an op schema gives a parameter with this annotation and default, or None. A default
 # of None makes it optional (FlashInfer writes `out: torch.Tensor = None`); a Literal of strings
-# is a str; a union of several types has no schema type.
+# is a str; an IntEnum is an int; a union of several types has no schema type.
 def _fi_patch_op_type(annotation: "Any", default: "Any") -> "Any":
     import types
     import typing
@@ -242,6 +302,8 @@ def _fi_patch_op_type(annotation: "Any", default: "Any") -> "Any":
         if len(kinds) != 1:
             return None
         annotation, optional = kinds[0], True
+    if _fi_patch_int_enum(annotation) is not None:
+        annotation = int
     if typing.get_origin(annotation) is typing.Literal:
         literal = {type(value) for value in typing.get_args(annotation)}
         annotation = literal.pop() if len(literal) == 1 else None
@@ -333,6 +395,141 @@ def _fi_patch_fake_mm_fp8(values: "Dict[str, Any]", rule: "str", check: "Any") -
     return None
 
 
+def _fi_patch_round_up(value: "Any", to: "int") -> "Any":
+    return (value + to - 1) // to * to
+
+
+# mxfp8_quantize: (x_q, sf) as the kernel module's mxfp8_quantize_sm100 allocates them
+# (flashinfer/quantization/fp8_quantization.py, the same in every release with a rule here):
+# - on a CUDA device, x_q float8_e4m3fn (*input.shape[:-1], padded_k), padded_k the last
+#   dimension rounded up to `alignment`; sf flat uint8 of the layout's size: 128x4 (0) rows to
+#   128 and padded_k // 32 scale columns to 4, 8x4 (1) rows to 8, linear (2) rows * padded_k // 32;
+# - on the CPU (the host kernel), x_q uint8 of input's shape, sf of the 2-D sizes; no 8x4;
+# - the cute-dsl backend (flashinfer/quantization/kernels/mxfp8_quantize.py) flattens: x_q
+#   (rows, padded_k), sf as on CUDA.
+# The rule is how the release reads its layout and backend: "cute-128x4" (0.6.7 to 0.6.11: the
+# cute-dsl backend refuses 8x4 and follows is_sf_swizzled_layout), "cute-layouts" (0.6.12 to
+# 0.7.2.post1: it follows sf_swizzle_layout) or "auto" (0.7.4: backend "auto" is "cuda", and
+# batch_invariant=True, which needs "auto", gives the CUDA shapes). The availability of
+# CuTe-DSL, the batch-invariant kernel's own refusals and the kernel's dtype check run in the op.
+def _fi_patch_fake_mxfp8_quantize(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    input, alignment, backend = values["input"], values["alignment"], values["backend"]
+    layout = values["sf_swizzle_layout"]
+    if layout is None:
+        layout = 0 if values["is_sf_swizzled_layout"] else 2
+    if rule == "auto" and values["batch_invariant"]:
+        if backend != "auto":
+            raise ValueError("mxfp8_quantize: batch_invariant=True requires backend='auto'")
+        backend = "cuda"
+    assert input.shape[-1] % 32 == 0
+    backends = ("auto", "cuda", "cute-dsl") if rule == "auto" else ("cuda", "cute-dsl")
+    assert backend in backends, "backend must be one of %s, got %r" % (backends, backend)
+    k = input.shape[-1]
+    rows = input.numel() // k
+    padded = _fi_patch_round_up(k, alignment)
+    uint8, fp8 = torch.uint8, torch.float8_e4m3fn
+    if backend == "cute-dsl":
+        if rule == "cute-128x4" and layout == 1:
+            raise ValueError("SfLayout.layout_8x4 is not supported in cute-dsl backend")
+        if rule == "cute-128x4":
+            layout = 0 if values["is_sf_swizzled_layout"] else 2
+        x_q = input.new_empty((rows, padded), dtype=uint8).view(fp8)
+        return x_q, input.new_empty((_fi_patch_mx_scales(rows, padded, layout),), dtype=uint8)
+    if input.device.type == "cpu":
+        if layout not in (0, 2):
+            raise ValueError("%s is not supported for mxfp8 quantization on CPU." % layout)
+        size = _fi_patch_mx_scales(input.shape[0], input.shape[1], layout)
+        return input.new_empty(input.shape, dtype=uint8), input.new_empty((size,), dtype=uint8)
+    if layout not in (0, 1, 2):
+        raise ValueError("Invalid sf_swizzle_layout value: %s" % layout)
+    x_q = input.new_empty((*input.shape[:-1], padded), dtype=fp8)
+    return x_q, input.new_empty((_fi_patch_mx_scales(rows, padded, layout),), dtype=uint8)
+
+
+# The MXFP8 scales' size: one byte per 32 columns, rows and scale columns padded for the
+# swizzled layouts (0: 128x4, 1: 8x4; 2 is linear).
+def _fi_patch_mx_scales(rows: "Any", columns: "Any", layout: "int") -> "Any":
+    if layout == 2:
+        return rows * columns // 32
+    padded_rows = _fi_patch_round_up(rows, 8 if layout == 1 else 128)
+    return padded_rows * _fi_patch_round_up(columns // 32, 4)
+
+
+# nvfp4_batched_quantize: (x_q, sf) as fp4_batched_quantize_sm100 allocates them
+# (flashinfer/quantization/fp4_quantization.py): a (b, m, k) input (ValueError from unpacking
+# any other), x_q uint8 (b, m, k // 2), sf uint8 (b, m rounded up to 128 * (k // sf_vec_size)
+# rounded up to 4), both contiguous. The kernel's checks (sf_vec_size 16, the dtypes) run in
+# the op.
+def _fi_patch_fake_nvfp4_batched(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    a = values["a"]
+    b, m, k = a.shape
+    scales = _fi_patch_round_up(m, 128) * _fi_patch_round_up(k // values["sf_vec_size"], 4)
+    return a.new_empty((b, m, k // 2), dtype=torch.uint8), a.new_empty(
+        (b, scales), dtype=torch.uint8
+    )
+
+
+# scaled_fp4_grouped_quantize: (x_q, sf) as scaled_fp4_grouped_quant_sm100 allocates and
+# permutes them, for an (l, m, k) input with k a multiple of 16 (AssertionError): see
+# _fi_patch_nvfp4_experts.
+def _fi_patch_fake_nvfp4_grouped(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    a = values["a"]
+    groups, m, k = a.shape
+    return _fi_patch_nvfp4_experts(a, groups, m, k)
+
+
+# silu_and_mul_scaled_nvfp4_experts_quantize: the same, for an (l, m, 2 * k) input, gate then
+# up, quantized to k columns (flashinfer/quantization/fp4_quantization.py,
+# silu_and_mul_scaled_nvfp4_experts_quantize_sm100).
+def _fi_patch_fake_nvfp4_silu_experts(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    a = values["a"]
+    groups, m, both = a.shape
+    return _fi_patch_nvfp4_experts(a, groups, m, both // 2)
+
+
+# Per expert l: x_q uint8 allocated (l, m, k // 2) and returned permuted to (m, k // 2, l); sf
+# allocated as (l, m rounded up to 128, (k // 16) rounded up to 4) bytes, viewed as
+# float8_e4m3fn (l, rm, rk, 32, 4, 4) and returned permuted to (32, 4, rm, 4, rk, l). Neither
+# is contiguous, as the eager call's are not.
+def _fi_patch_nvfp4_experts(a: "Any", groups: "Any", m: "Any", k: "Any") -> "Any":
+    assert k % 16 == 0
+    padded_k = _fi_patch_round_up(k // 16, 4)
+    padded_m = _fi_patch_round_up(m, 128)
+    x_q = a.new_empty((groups, m, k // 2), dtype=torch.uint8).permute(1, 2, 0)
+    shape = (groups, padded_m // 128, padded_k // 4, 32, 4, 4)
+    scales = a.new_empty(shape, dtype=torch.float8_e4m3fn).permute(3, 4, 1, 5, 2, 0)
+    return x_q, scales
+
+
+# block_scale_interleave (and nvfp4_block_scale_interleave, the same function): the scales'
+# dtype uint8 or bfloat16 (AssertionError), then, as block_scale_interleave_sm100 allocates it,
+# a flat contiguous tensor of that dtype: experts (the first dimension of a 3-D input, else 1)
+# * the last two dimensions rounded up to 128 and 4 (IndexError for a 1-D input). With out=
+# (0.7.2.post1 on), out must be exactly that (ValueError), and the op writes into it.
+def _fi_patch_fake_block_scale_interleave(
+    values: "Dict[str, Any]", rule: "str", check: "Any"
+) -> "Any":
+    scales, out = values["unswizzled_sf"], values.get("out")
+    assert scales.dtype in (torch.uint8, torch.bfloat16), (
+        "Input dtype must be uint8 or bfloat16, got %s" % scales.dtype
+    )
+    experts = scales.shape[0] if scales.ndim == 3 else 1
+    rows, columns = scales.shape[-2], scales.shape[-1]
+    size = experts * _fi_patch_round_up(rows, 128) * _fi_patch_round_up(columns, 4)
+    if out is None:
+        return scales.new_empty((size,))
+    if (
+        out.device != scales.device
+        or out.dtype != scales.dtype
+        or tuple(out.shape) != (size,)
+        or not out.is_contiguous()
+    ):
+        raise ValueError(
+            "block_scale_interleave out must be a contiguous flat tensor of shape (%s,)" % size
+        )
+    return None
+
+
 _FiPatchFake = Callable[[Dict[str, Any], str, Any], Any]
 
 # The rules each fake knows: a patch naming another is refused when the registry loads it, and
@@ -342,6 +539,11 @@ _fi_patch_boundary_rules = {
     "mm_fp4": ("checked",),
     "bmm_fp8": ("checked",),
     "mm_fp8": ("trtllm-only", "backends"),
+    "mxfp8_quantize": ("cute-128x4", "cute-layouts", "auto"),
+    "nvfp4_batched": ("allocated",),
+    "nvfp4_grouped": ("allocated",),
+    "nvfp4_silu_experts": ("allocated",),
+    "block_scale_interleave": ("allocated",),
 }
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
@@ -349,4 +551,9 @@ _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "mm_fp4": _fi_patch_fake_mm_fp4,
     "bmm_fp8": _fi_patch_fake_bmm_fp8,
     "mm_fp8": _fi_patch_fake_mm_fp8,
+    "mxfp8_quantize": _fi_patch_fake_mxfp8_quantize,
+    "nvfp4_batched": _fi_patch_fake_nvfp4_batched,
+    "nvfp4_grouped": _fi_patch_fake_nvfp4_grouped,
+    "nvfp4_silu_experts": _fi_patch_fake_nvfp4_silu_experts,
+    "block_scale_interleave": _fi_patch_fake_block_scale_interleave,
 }

@@ -169,7 +169,131 @@ def forms(torch, f, name):
             ),
         ]
         return calls, refused
+    if name in QUANTIZERS:
+        return QUANTIZERS[name](torch, f, fn)
     return None, None
+
+
+# The quantizers run on meta tensors: a device that is not the CPU, as the kernels' own Python
+# allocates for a GPU, with no memory behind it.
+def _meta(torch, *shape, dtype=None):
+    return torch.empty(*shape, dtype=dtype or torch.bfloat16, device="meta")
+
+
+def _mxfp8_quantize(torch, f, fn):
+    x = _meta(torch, 4, 256)
+    layouts = f.SfLayout
+    calls = [
+        ("positional", lambda x: fn(x), (x,), None),
+        (
+            "by keyword, linear scales",
+            lambda x: fn(input=x, is_sf_swizzled_layout=False, alignment=32, enable_pdl=False),
+            (_meta(torch, 2, 3, 128),),
+            None,
+        ),
+        (
+            "8x4 scales",
+            lambda x: fn(x, sf_swizzle_layout=layouts.layout_8x4),
+            (_meta(torch, 12, 64),),
+            None,
+        ),
+        ("alignment 128", lambda x: fn(x, True, 128), (_meta(torch, 5, 96),), None),
+        ("float16 on the CPU", lambda x: fn(x), (torch.randn(4, 64).half(),), None),
+        ("a dynamic batch dimension", lambda x: fn(x)[1], (_meta(torch, 8, 3, 128),), 0),
+    ]
+    refused = [
+        ("a last dimension not a multiple of 32", lambda x: fn(x), (_meta(torch, 4, 48),)),
+        ("an unknown backend", lambda x: fn(x, backend="triton"), (x,)),
+        (
+            "8x4 scales on the CPU",
+            lambda x: fn(x, sf_swizzle_layout=layouts.layout_8x4),
+            (torch.randn(4, 64),),
+        ),
+    ]
+    return calls, refused
+
+
+def _nvfp4_batched_quantize(torch, f, fn):
+    scale = _meta(torch, 1, dtype=torch.float32)
+    calls = [
+        ("positional", lambda a: fn(a, scale), (_meta(torch, 2, 64, 128),), None),
+        (
+            "by keyword",
+            lambda a: fn(a=a, a_global_sf=scale, sf_vec_size=16),
+            (_meta(torch, 3, 200, 96),),
+            None,
+        ),
+        ("a dynamic batch dimension", lambda a: fn(a, scale)[0], (_meta(torch, 4, 32, 64),), 0),
+    ]
+    refused = [("a 2-D input", lambda a: fn(a, scale), (_meta(torch, 64, 128),))]
+    return calls, refused
+
+
+def _experts(torch, f, fn, k):
+    """scaled_fp4_grouped_quantize (k: the input's last dimension per quantized column 1) and
+    silu_and_mul_scaled_nvfp4_experts_quantize (2: gate and up)."""
+    mask = _meta(torch, 4, dtype=torch.int32)
+    scales = _meta(torch, 4, dtype=torch.float32)
+    calls = [
+        ("positional", lambda a: fn(a, mask, scales), (_meta(torch, 4, 100, 128 * k),), None),
+        (
+            "by keyword",
+            lambda a: fn(a=a, mask=mask, a_global_sf=scales),
+            (_meta(torch, 4, 300, 80 * k),),
+            None,
+        ),
+        (
+            "a dynamic token dimension",
+            lambda a: fn(a, mask, scales)[0],
+            (_meta(torch, 4, 64, 64 * k),),
+            1,
+        ),
+    ]
+    refused = [
+        ("k not a multiple of 16", lambda a: fn(a, mask, scales), (_meta(torch, 4, 8, 40 * k),))
+    ]
+    return calls, refused
+
+
+def _block_scale_interleave(torch, f, fn):
+    import inspect
+
+    uint8 = torch.uint8
+    calls = [
+        ("positional", lambda x: fn(x), (_meta(torch, 100, 8, dtype=uint8),), None),
+        (
+            "by keyword, 3-D bfloat16",
+            lambda x: fn(unswizzled_sf=x),
+            (_meta(torch, 2, 130, 5),),
+            None,
+        ),
+        (
+            "by its other name",
+            lambda x: f.nvfp4_block_scale_interleave(x),
+            (_meta(torch, 128, 4, dtype=uint8),),
+            None,
+        ),
+        ("a dynamic dimension", lambda x: fn(x), (_meta(torch, 300, 16, dtype=uint8),), 0),
+    ]
+    refused = [
+        ("float32 scales", lambda x: fn(x), (_meta(torch, 128, 4, dtype=torch.float32),)),
+        ("a 1-D input", lambda x: fn(x), (_meta(torch, 64, dtype=uint8),)),
+    ]
+    if "out" in inspect.signature(f.block_scale_interleave).parameters:
+        out = (_meta(torch, 100, 8, dtype=uint8), _meta(torch, 1024, dtype=uint8))
+        calls.append(("out=", lambda x, o: fn(x, out=o), out, None))
+        wrong = (out[0], _meta(torch, 512, dtype=uint8))
+        refused.append(("out of the wrong size", lambda x, o: fn(x, out=o), wrong))
+    return calls, refused
+
+
+QUANTIZERS = {
+    "mxfp8_quantize": _mxfp8_quantize,
+    "nvfp4_batched_quantize": _nvfp4_batched_quantize,
+    "scaled_fp4_grouped_quantize": lambda torch, f, fn: _experts(torch, f, fn, 1),
+    "silu_and_mul_scaled_nvfp4_experts_quantize": lambda torch, f, fn: _experts(torch, f, fn, 2),
+    "block_scale_interleave": _block_scale_interleave,
+}
 
 
 class Reached(Exception):
@@ -183,7 +307,15 @@ class Reached(Exception):
 
 def stand_ins(torch, name):
     """Names in the entry point's module (and flashinfer.utils) answered as a GPU host answers,
-    or stopping the eager call at its workspace, by entry point."""
+    or stopping the eager call at its workspace, by entry point. BUILT: a module getter that runs
+    as it is, uncached, with the JIT specs it builds from stood in: the quantizers allocate their
+    outputs in the getter's functions, and only the kernels do nothing."""
+    if name in QUANTIZERS:
+        return {
+            "get_compute_capability": lambda device: (10, 0),
+            "get_fp4_quantization_module": BUILT,
+            "get_mxfp8_quantization_sm100_module": BUILT,
+        }
     if name not in ("mm_fp4", "bmm_fp8", "mm_fp8"):
         return {}
 
@@ -199,6 +331,32 @@ def stand_ins(torch, name):
         # mm_fp8's trtllm_low_latency path: the GEMM itself, after its output is allocated.
         "trtllm_low_latency_gemm": workspace,
     }
+
+
+BUILT = object()
+
+
+def built(getter):
+    """The module getter, uncached, with every gen_*_module of its module answering a JIT spec
+    whose build_and_load() gives a Stub: the getter's own functions run, and the kernels they
+    call do nothing."""
+    inner = getattr(getter, "__wrapped__", getter)
+
+    class Spec(object):
+        def build_and_load(self):
+            return Stub()
+
+    def run(*args, **kwargs):
+        space = inner.__globals__
+        saved = {k: v for k, v in space.items() if k.startswith("gen_") and k.endswith("_module")}
+        for key in saved:
+            space[key] = lambda *a, **k: Spec()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            space.update(saved)
+
+    return run
 
 
 def layout(value):
@@ -224,6 +382,8 @@ class Stub(object):
 
 
 def prove(ctx):
+    import re
+
     import torch
 
     ctx.stage("import flashinfer")
@@ -262,7 +422,7 @@ def prove(ctx):
             ctx.problem("%s, %s, does not trace: %s" % (name, what, _first_line(exc)))
             continue
         # A call that passes out writes into it: NAME_out, which declares it mutated.
-        wanted = ours_out if "out" in what else ours
+        wanted = ours_out if re.search(r"\bout\b", what) else ours
         mine = [c for c in graph if c in wanted]
         theirs = [c for c in graph if c.startswith(("flashinfer.", "fi_patch"))]
         ctx.fact("graph, %s" % what, graph)
@@ -348,13 +508,15 @@ def _instead(entry_point, call):
     traced = getattr(entry_point, "_torchdynamo_inline", None)
     if traced is None:
         return ("raises", "no traced path")
-    name = entry_point.__name__
-    saved = getattr(flashinfer, name)
-    setattr(flashinfer, name, traced)
+    # Every name flashinfer gives it: nvfp4_block_scale_interleave is block_scale_interleave.
+    names = [k for k, v in vars(flashinfer).items() if v is entry_point]
+    for name in names:
+        setattr(flashinfer, name, traced)
     try:
         return call()
     finally:
-        setattr(flashinfer, name, saved)
+        for name in names:
+            setattr(flashinfer, name, entry_point)
 
 
 def _run(fn, arguments, entry_point, standing):
@@ -369,12 +531,12 @@ def _run(fn, arguments, entry_point, standing):
     saved = []
     for space in spaces:
         for key, value in list(space.items()):
-            if key.startswith("get_") and "module" in key and callable(value):
+            if key in standing:
+                saved.append((space, key, value))
+                space[key] = built(value) if standing[key] is BUILT else standing[key]
+            elif key.startswith("get_") and "module" in key and callable(value):
                 saved.append((space, key, value))
                 space[key] = lambda *a, **k: Stub()
-            elif key in standing:
-                saved.append((space, key, value))
-                space[key] = standing[key]
     try:
         return ("returns", layout(fn(*[a.clone() for a in arguments])))
     except Reached as reached:
