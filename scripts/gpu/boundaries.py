@@ -7,11 +7,12 @@ Run it with the target environment's own python, after `fi-patch apply` there:
     /root/ml-env/bin/python scripts/gpu/boundaries.py --out boundaries-gpu.json
 
 (`make gpu-check TARGET=/root/ml-env` runs it after the other GPU scripts.) For each entry point
-an op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8), called without and with
-`out=`, it compares `torch.compile(fullgraph=True)` (the default backend, Inductor) with the
-eager call, bit for bit; then captures the compiled function in a CUDA graph, replays it on new
-input, and compares again. An entry point the release does not have, or whose boundary fi-patch
-left as it is, is named and not checked. One line per case; JSON with --out.
+an op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantizers), called
+without and with `out=` where it takes it, it compares `torch.compile(fullgraph=True)` (the
+default backend, Inductor) with the eager call, bit for bit; then captures the compiled function
+in a CUDA graph, replays it on new input, and compares again. An entry point the release does not
+have, or whose boundary fi-patch left as it is, is named and not checked. One line per case; JSON
+with --out.
 
 Exit status: 0 every case equal, 1 a case differs or fails, 77 no CUDA device (nothing checked;
 CI never runs this script).
@@ -105,6 +106,80 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
         (fp8_of(4, 128, 256), fp8_of(4, 512, 256), lambda: t(4, 128, 512)),
         bmm_into,
     )
+
+    yield from quantizers(torch, f, t)
+
+
+def quantizers(torch, f, t):  # type: ignore[no-untyped-def]
+    """The quantizers' cases. Their shapes need no padding (rows a multiple of 128, scale columns
+    of 4), and every expert's mask covers all its rows: every byte compared is one the kernel
+    writes."""
+    if hasattr(f, "mxfp8_quantize"):
+        yield "mxfp8_quantize", "mxfp8_quantize", (lambda: t(256, 4096),), f.mxfp8_quantize
+        yield (
+            "mxfp8_quantize linear",
+            "mxfp8_quantize",
+            (lambda: t(2, 128, 1024),),
+            lambda x: f.mxfp8_quantize(x, False),
+        )
+    one = torch.ones(1, device="cuda")
+    if hasattr(f, "nvfp4_batched_quantize"):
+        yield (
+            "nvfp4_batched_quantize",
+            "nvfp4_batched_quantize",
+            (lambda: t(4, 128, 1024),),
+            lambda a: f.nvfp4_batched_quantize(a, one),
+        )
+    experts = 4
+    mask = torch.full((experts,), 128, dtype=torch.int32, device="cuda")
+    scales = torch.ones(experts, device="cuda")
+    for name, k in (
+        ("scaled_fp4_grouped_quantize", 1024),
+        ("silu_and_mul_scaled_nvfp4_experts_quantize", 2048),
+    ):
+        if hasattr(f, name):
+            yield (
+                name,
+                name,
+                (lambda k=k: t(experts, 128, k),),
+                lambda a, n=name: getattr(f, n)(a, mask, scales),
+            )
+    if hasattr(f, "block_scale_interleave"):
+        uint8 = torch.uint8
+
+        def unswizzled():  # type: ignore[no-untyped-def]
+            return torch.randint(0, 255, (256, 64), dtype=uint8, device="cuda")
+
+        yield (
+            "block_scale_interleave",
+            "block_scale_interleave",
+            (unswizzled,),
+            lambda x: (f.block_scale_interleave(x),),
+        )
+        yield (
+            "nvfp4_block_scale_interleave",
+            "block_scale_interleave",
+            (unswizzled,),
+            lambda x: (f.nvfp4_block_scale_interleave(x),),
+        )
+        import inspect
+
+        if "out" in inspect.signature(f.block_scale_interleave).parameters:
+
+            def interleave_into(x, o):  # type: ignore[no-untyped-def]
+                f.block_scale_interleave(x, out=o)
+                return (o,)
+
+            flat = lambda: torch.empty(256 * 64, dtype=uint8, device="cuda")  # noqa: E731
+            yield (
+                "block_scale_interleave out=",
+                "block_scale_interleave",
+                (
+                    unswizzled,
+                    flat,
+                ),
+                interleave_into,
+            )
 
 
 def run(torch, flashinfer):  # type: ignore[no-untyped-def]

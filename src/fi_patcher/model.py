@@ -103,6 +103,9 @@ class Boundary:
 
     kind = "op-boundary"
 
+    def _types(self) -> str:
+        return ", ".join(f'"{name}": "{kind}"' for name, kind in self.types)
+
     def statements(self, function: str, rule: str) -> str:
         """The module-level statements placed after `function`, for the shape's rule."""
         return (
@@ -112,7 +115,7 @@ class Boundary:
             f'        {function}, "{self.op}", fake="{self.fake}", rule="{rule}", '
             f'out="{self.out}", returns={self.returns}'
             + (f',\n        check="{self.check}"' if self.check else "")
-            + (f",\n        types={dict(self.types)!r}" if self.types else "")
+            + (f",\n        types={{{self._types()}}}" if self.types else "")
             + "\n    )\n"
         )
 

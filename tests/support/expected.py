@@ -98,6 +98,9 @@ def _boundary(node: ast.FunctionDef, patch: str, operation: Boundary, rule: str)
     boundary, written out here from the operation's fields."""
     assert node.end_lineno is not None
     checked = f',\n        check="{operation.check}"' if operation.check else ""
+    if operation.types:
+        named = ", ".join(f'"{name}": "{kind}"' for name, kind in operation.types)
+        checked += f",\n        types={{{named}}}"
     call = (
         "from flashinfer import utils as _fi_patch_utils\n"
         "\n"
