@@ -179,6 +179,10 @@ def test_an_op_boundary_names_its_rule_and_requires_the_placed_code() -> None:
         parse_patch("x.toml", base.replace('text = "even"', 'text = "odd"'))
     with pytest.raises(RegistryError, match="has no fake 'act_and_add'"):
         parse_patch("x.toml", base.replace('fake = "act_and_mul"', 'fake = "act_and_add"'))
+    # The types a patch gives unannotated parameters are the placed code's names too.
+    batched = (Path(__file__).parents[1] / "patches" / f"{BATCHED}.toml").read_text()
+    with pytest.raises(RegistryError, match="parameter a: the op has no type 'tensor'"):
+        parse_patch("x.toml", batched.replace('a = "Tensor"', 'a = "tensor"'))
 
 
 # In the target after apply: the op each entry point traces to, the function left as FlashInfer
