@@ -102,7 +102,8 @@ def test_five_runs_the_way_operators_run_them(
     assert installed.stdout.decode().strip() == f"fi-patch {__version__}"
     assert "cuda-version-torch-first applied, " in output
     assert "fp4-quantize-under-compile applied, " in output
-    assert "op-silu-and-mul applied (" in output
+    assert "op-silu-and-mul applied, " in output
+    assert "op-silu-and-mul-scaled-nvfp4-experts-quantize applied (" in output
     assert target_file(venv).read_bytes() == expected("0.7.4").encode()
     assert fp4_file(venv).read_bytes() == expected("0.7.4", FP4).encode()
 

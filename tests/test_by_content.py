@@ -38,6 +38,7 @@ from tests.support.releases import (
     OP_BOUNDARY,
     RELEASES,
     SILU,
+    SILU_EXPERTS,
     TARGET,
     UNDER_COMPILE,
     fetch,
@@ -56,6 +57,7 @@ PRE_RELEASES = {
         GELU_TANH,
         MM_FP8,
         SILU,
+        SILU_EXPERTS,
     ),
     "0.7.2rc6": (CUDA, DECLARED, DECLARED_FAKE, UNDER_COMPILE, *BOUNDARIES),
 }

@@ -108,14 +108,20 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: fp4-op-keyword-forwarding not-applicable",
         f"{venv}: fp4-quantize-op-boundary pristine",
         f"{venv}: fp4-quantize-under-compile not-applicable",
-        # 0.5.0's activations are older texts than the op boundaries cover (0.6.0 on), and its
-        # GEMMs live in flashinfer/gemm.py, not gemm/gemm_base.py.
+        # 0.5.0's activations are older texts than the op boundaries cover (0.6.0 on), its
+        # GEMMs live in flashinfer/gemm.py, not gemm/gemm_base.py, and its quantizers in
+        # flashinfer/fp4_quantization.py and fp8_quantization.py, not flashinfer/quantization/.
+        f"{venv}: op-block-scale-interleave not-applicable",
         f"{venv}: op-bmm-fp8 not-applicable",
         f"{venv}: op-gelu-and-mul not-applicable",
         f"{venv}: op-gelu-tanh-and-mul not-applicable",
         f"{venv}: op-mm-fp4 not-applicable",
         f"{venv}: op-mm-fp8 not-applicable",
+        f"{venv}: op-mxfp8-quantize not-applicable",
+        f"{venv}: op-nvfp4-batched-quantize not-applicable",
+        f"{venv}: op-scaled-fp4-grouped-quantize not-applicable",
         f"{venv}: op-silu-and-mul not-applicable",
+        f"{venv}: op-silu-and-mul-scaled-nvfp4-experts-quantize not-applicable",
     ]
     apply = fi_patch(runner, "-q", "apply", "--venv", venv, "--no-verify")
     assert apply.code == ExitCode.OK

@@ -23,13 +23,18 @@ from tests.support.cli import fi_patch, patch_result, states_of
 from tests.support.expected import expected, files_of, target_of
 from tests.support.releases import (
     ACTIVATION,
+    BATCHED,
     BOUNDARIES,
     CUDA,
     DECLARED,
     DECLARED_FAKE,
     FORWARDING,
     FP4,
+    FP8_QUANT,
     GEMM,
+    GROUPED,
+    INTERLEAVE,
+    MXFP8,
     OP_BOUNDARY,
     RELEASES,
     TARGET,
@@ -127,7 +132,8 @@ def test_not_applicable_release(runner: CliRunner, venv_with: MakeVenv, version:
 def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.6.18.post1")
     site = site_packages(venv)
-    originals = {f: (site / f).read_bytes() for f in (TARGET, FP4, UTILS, ACTIVATION, GEMM)}
+    written = (TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT)
+    originals = {f: (site / f).read_bytes() for f in written}
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     store = venv / ".fi-patch"
     assert store.stat().st_mode & 0o777 == 0o700
@@ -136,7 +142,7 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     manifest = json.loads((store / "manifest.json").read_text())
     assert manifest["schema"] == 2
     records = {r["relpath"]: r for r in manifest["files"]}
-    assert set(records) == {TARGET, FP4, UTILS, ACTIVATION, GEMM}
+    assert set(records) == set(written)
     for relpath, record in records.items():
         assert record["version"] == "0.6.18.post1"
         assert record["original"] == hashlib.sha256(originals[relpath]).hexdigest()
@@ -147,7 +153,11 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     assert [(p["id"], p["shape"]) for p in records[FP4]["patches"]] == [
         (FORWARDING, "positional"),
         (UNDER_COMPILE, "0.6.13"),
+        (INTERLEAVE, "0.6.7"),
+        (BATCHED, "0.6.7"),
+        (GROUPED, "0.6.7"),
     ]
+    assert [(p["id"], p["shape"]) for p in records[FP8_QUANT]["patches"]] == [(MXFP8, "0.6.12")]
     assert [(p["id"], p["shape"]) for p in records[UTILS]["patches"]] == [
         (DECLARED, "no-op"),
         (DECLARED_FAKE, "no-op"),
@@ -164,8 +174,10 @@ def test_revert_of_one_patch_keeps_the_others(runner: CliRunner, venv_with: Make
     assert run.code == ExitCode.OK, run.stdout
     assert patch_result(run.json, UNDER_COMPILE)["action"] == "reverted"
     (file,) = run.json["results"][0]["files"]
-    assert (file["relpath"], file["patches"]) == (FP4, [FORWARDING])
-    assert (site / FP4).read_bytes() == expected("0.7.0", FP4, [FORWARDING]).encode()
+    assert (file["relpath"], file["patches"]) == (FP4, [FORWARDING, INTERLEAVE, BATCHED, GROUPED])
+    assert (site / FP4).read_bytes() == expected(
+        "0.7.0", FP4, [FORWARDING, INTERLEAVE, BATCHED, GROUPED]
+    ).encode()
     assert (site / TARGET).read_bytes() == expected("0.7.0").encode()
     states, code = states_of(runner, venv)
     assert states == {
@@ -221,7 +233,9 @@ def test_where_upstream_fixed_the_op_the_branch_needs_nothing_else(
     venv = venv_with("0.7.4")
     run = fi_patch(runner, "apply", "--venv", venv, "--patch", UNDER_COMPILE, "--no-verify")
     assert run.code == ExitCode.OK, run.text
-    assert (site_packages(venv) / FP4).read_bytes() == expected("0.7.4", FP4).encode()
+    assert (site_packages(venv) / FP4).read_bytes() == expected(
+        "0.7.4", FP4, [UNDER_COMPILE]
+    ).encode()
     assert (site_packages(venv) / TARGET).read_bytes() == released_text(RELEASES["0.7.4"])
     states, _ = states_of(runner, venv)
     assert states == {

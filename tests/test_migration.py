@@ -20,12 +20,15 @@ from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result, states_of
 from tests.support.expected import expected, original
 from tests.support.releases import (
+    BATCHED,
     BOUNDARIES,
     CUDA,
     DECLARED,
     DECLARED_FAKE,
     FORWARDING,
     FP4,
+    GROUPED,
+    INTERLEAVE,
     OP_BOUNDARY,
     RELEASES,
     TARGET,
@@ -89,7 +92,13 @@ def test_a_venv_patched_by_0_1_0_is_checked_extended_and_reverted(
     assert data["schema"] == 2
     records = {r["relpath"]: r for r in data["files"]}  # type: ignore[attr-defined]
     assert [p["fi_patch_version"] for p in records[TARGET]["patches"]] == ["0.1.0"]
-    assert [p["id"] for p in records[FP4]["patches"]] == [FORWARDING, UNDER_COMPILE]
+    assert [p["id"] for p in records[FP4]["patches"]] == [
+        FORWARDING,
+        UNDER_COMPILE,
+        INTERLEAVE,
+        BATCHED,
+        GROUPED,
+    ]
     assert [p["id"] for p in records[UTILS]["patches"]] == [DECLARED, DECLARED_FAKE]
 
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK

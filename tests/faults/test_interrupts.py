@@ -25,6 +25,7 @@ from tests.support.releases import (
     ACTIVATION,
     CUDA,
     FP4,
+    FP8_QUANT,
     GEMM,
     RELEASES,
     TARGET,
@@ -90,6 +91,7 @@ def test_a_signal_while_proving_puts_every_file_back_and_says_so(
         GEMM: "rolled-back",
         TARGET: "rolled-back",
         FP4: "rolled-back",
+        FP8_QUANT: "rolled-back",
         UTILS: "rolled-back",
     }
     assert {p["action"] for p in result["patches"]} <= {"rolled-back", "not-applicable"}

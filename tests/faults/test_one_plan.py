@@ -22,13 +22,17 @@ from tests.support.deps import CPU_TORCH, shared, use
 from tests.support.expected import expected
 from tests.support.releases import (
     ACTIVATION,
+    BATCHED,
     BOUNDARIES,
     CUDA,
     DECLARED,
     DECLARED_FAKE,
     FORWARDING,
     FP4,
+    FP8_QUANT,
     GEMM,
+    GROUPED,
+    INTERLEAVE,
     OP_BOUNDARY,
     RELEASES,
     TARGET,
@@ -36,7 +40,7 @@ from tests.support.releases import (
     UTILS,
     released_text,
 )
-from tests.support.venvs import fp4_file, replace_bytes, target_file
+from tests.support.venvs import fp4_file, replace_bytes, site_packages, target_file
 
 BOTH = "0.7.0"
 """A release whose patches live in two files: cpp_ext.py, then fp4_quantization.py."""
@@ -146,7 +150,10 @@ def test_an_apply_that_waited_for_a_revert_judges_the_patch_it_now_adds(
     (failed,) = json.loads(out)["results"]
     assert failed["error"]["kind"] == "Inert"
     assert target_file(venv).read_bytes() == released_text(RELEASES[BOTH], TARGET)
-    assert fp4_file(venv).read_bytes() == expected(BOTH, FP4, [FORWARDING]).encode()
+    # The quantizers' op boundaries stay in fp4_quantization.py: only fp4-quantize-under-compile
+    # was taken out.
+    held = [FORWARDING, INTERLEAVE, BATCHED, GROUPED]
+    assert fp4_file(venv).read_bytes() == expected(BOTH, FP4, held).encode()
 
 
 def test_an_undo_that_fails_on_one_file_puts_back_the_others(
@@ -165,20 +172,23 @@ def test_an_undo_that_fails_on_one_file_puts_back_the_others(
     (result,) = json.loads(child.stdout)["results"]
     assert result["status"] == "partial"
     files = {f["relpath"]: f["action"] for f in result["files"]}
-    # Files are written in path order: utils.py, after fp4_quantization.py, is put back too.
+    # Files are written in path order: utils.py, after the read-only folder, is put back too;
+    # fp8_quantization.py, in that folder, is stranded as fp4_quantization.py is.
     assert files == {
         ACTIVATION: "rolled-back",
         GEMM: "rolled-back",
         TARGET: "rolled-back",
         FP4: "stranded",
+        FP8_QUANT: "stranded",
         UTILS: "rolled-back",
     }
     error = result["error"]
     assert "the proofs did not finish within 1 s" in error["message"]
     assert f"{fp4_file(venv)} holds fi-patch's new bytes" in error["message"]
     assert "Read-only file system" in error["message"]
-    (record,) = records(venv)
-    backup = venv / ".fi-patch" / "backups" / record["backup"]
+    kept = {r["relpath"]: r for r in records(venv)}
+    assert set(kept) == {FP4, FP8_QUANT}
+    backup = venv / ".fi-patch" / "backups" / kept[FP4]["backup"]
     assert f"the original is kept at {backup}" in error["message"]
     assert f"{target_file(venv)}: put back as it was" in error["details"]
     assert "fi-patch revert" in error["remedy"]
@@ -189,4 +199,6 @@ def test_an_undo_that_fails_on_one_file_puts_back_the_others(
     reverted = fi_patch(runner, "revert", "--venv", venv)
     assert reverted.code == ExitCode.OK, reverted.text
     assert fp4_file(venv).read_bytes() == released_text(RELEASES[BOTH], FP4)
+    fp8 = site_packages(venv) / FP8_QUANT
+    assert fp8.read_bytes() == released_text(RELEASES[BOTH], FP8_QUANT)
     assert records(venv) == []

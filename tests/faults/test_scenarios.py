@@ -29,6 +29,7 @@ from tests.support.expected import expected
 from tests.support.releases import (
     ACTIVATION,
     FP4,
+    FP8_QUANT,
     GEMM,
     RELEASES,
     TARGET,
@@ -286,7 +287,7 @@ def test_a_future_release_whose_record_lacks_the_file(
 
 def test_future_release_without_any_patched_file(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.7.4")
-    _release_as(venv, "0.8.0", TARGET, FP4, UTILS, ACTIVATION, GEMM)
+    _release_as(venv, "0.8.0", TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT)
     for command in ("check", "apply"):
         expect(
             fi_patch(runner, command, "--venv", venv),
@@ -294,7 +295,8 @@ def test_future_release_without_any_patched_file(runner: CliRunner, venv_with: M
             "flashinfer-python 0.8.0 is outside every known range, and has none of the files",
             "flashinfer/activation.py, flashinfer/fp4_quantization.py, "
             "flashinfer/gemm/gemm_base.py, flashinfer/jit/cpp_ext.py, "
-            "flashinfer/quantization/fp4_quantization.py, flashinfer/utils.py",
+            "flashinfer/quantization/fp4_quantization.py, "
+            "flashinfer/quantization/fp8_quantization.py, flashinfer/utils.py",
             "install a release inside the known ranges",
         )
     assert not (venv / ".fi-patch").exists()
