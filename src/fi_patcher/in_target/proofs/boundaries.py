@@ -230,8 +230,8 @@ def _nvfp4_batched_quantize(torch, f, fn):
 
 
 def _experts(torch, f, fn, k):
-    """scaled_fp4_grouped_quantize (k: the input's last dimension per quantized column 1) and
-    silu_and_mul_scaled_nvfp4_experts_quantize (2: gate and up)."""
+    """scaled_fp4_grouped_quantize and silu_and_mul_scaled_nvfp4_experts_quantize. k: how many
+    input columns make one quantized column (1; 2 for the silu experts: gate and up)."""
     mask = _meta(torch, 4, dtype=torch.int32)
     scales = _meta(torch, 4, dtype=torch.float32)
     calls = [
