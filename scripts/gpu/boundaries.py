@@ -115,7 +115,14 @@ def quantizers(torch, f, t):  # type: ignore[no-untyped-def]
     of 4), and every expert's mask covers all its rows: every byte compared is one the kernel
     writes."""
     if hasattr(f, "mxfp8_quantize"):
-        yield "mxfp8_quantize", "mxfp8_quantize", (lambda: t(256, 4096),), f.mxfp8_quantize
+        # Called from a function, as a caller's code calls it: Dynamo replaces the entry point
+        # where it meets a call of it, not where the compiled function is the entry point.
+        yield (
+            "mxfp8_quantize",
+            "mxfp8_quantize",
+            (lambda: t(256, 4096),),
+            lambda x: f.mxfp8_quantize(x),
+        )
         yield (
             "mxfp8_quantize linear",
             "mxfp8_quantize",
@@ -174,10 +181,7 @@ def quantizers(torch, f, t):  # type: ignore[no-untyped-def]
             yield (
                 "block_scale_interleave out=",
                 "block_scale_interleave",
-                (
-                    unswizzled,
-                    flat,
-                ),
+                (unswizzled, flat),
                 interleave_into,
             )
 
