@@ -114,23 +114,11 @@ UTILS_SHA256 = {
 
 # The shape of each op-* patch in the releases below, where one applies (taken from each
 # release's files; tests/test_registry.py checks each against the release's hashes).
+# 0.6.0 and its pre-release 0.6.0rc1 hold the same texts of these functions.
+_FIRST_0_6 = dict.fromkeys((BMM_FP8, GELU, GELU_TANH, MM_FP8, SILU, SILU_EXPERTS), "0.6.0")
 BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
-    "0.6.0": {
-        BMM_FP8: "0.6.0",
-        GELU: "0.6.0",
-        GELU_TANH: "0.6.0",
-        MM_FP8: "0.6.0",
-        SILU: "0.6.0",
-        SILU_EXPERTS: "0.6.0",
-    },
-    "0.6.0rc1": {
-        BMM_FP8: "0.6.0",
-        GELU: "0.6.0",
-        GELU_TANH: "0.6.0",
-        MM_FP8: "0.6.0",
-        SILU: "0.6.0",
-        SILU_EXPERTS: "0.6.0",
-    },
+    "0.6.0": _FIRST_0_6,
+    "0.6.0rc1": _FIRST_0_6,
     "0.6.7": {
         INTERLEAVE: "0.6.7",
         BMM_FP8: "0.6.0",
