@@ -7,12 +7,12 @@ Run it with the target environment's own python, after `fi-patch apply` there:
     /root/ml-env/bin/python scripts/gpu/boundaries.py --out boundaries-gpu.json
 
 (`make gpu-check TARGET=/root/ml-env` runs it after the other GPU scripts.) For each entry point
-an op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantizers), called
-without and with `out=` where it takes it, it compares `torch.compile(fullgraph=True)` (the
-default backend, Inductor) with the eager call, bit for bit; then captures the compiled function
-in a CUDA graph, replays it on new input, and compares again. An entry point the release does not
-have, or whose boundary fi-patch left as it is, is named and not checked. One line per case; JSON
-with --out.
+an op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantizers, the samplers
+with seed and offset given), called without and with `out=` where it takes it, it compares
+`torch.compile(fullgraph=True)` (the default backend, Inductor) with the eager call, bit for bit;
+then captures the compiled function in a CUDA graph, replays it on new input, and compares again.
+An entry point the release does not have, or whose boundary fi-patch left as it is, is named and
+not checked. One line per case; JSON with --out.
 
 Exit status: 0 every case equal, 1 a case differs or fails, 77 no CUDA device (nothing checked;
 CI never runs this script).
@@ -108,6 +108,57 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
     )
 
     yield from quantizers(torch, f, t)
+    yield from samplers(torch, f)
+
+
+def samplers(torch, f):  # type: ignore[no-untyped-def]
+    """The samplers' cases, with seed and offset given as tensors: the same random stream eager,
+    compiled and replayed, so the samples compare bit for bit. A vocabulary of 65536 takes
+    top_k_top_p_sampling_from_probs' top-k-first fast path (0.6.14 on)."""
+    seed = torch.tensor([1234], dtype=torch.int64, device="cuda")
+    offset = torch.tensor([0], dtype=torch.int64, device="cuda")
+    given = {"seed": seed, "offset": offset}
+
+    def probs(vocabulary):  # type: ignore[no-untyped-def]
+        return lambda: torch.randn(64, vocabulary, device="cuda").softmax(-1)
+
+    if hasattr(f, "top_p_sampling_from_probs"):
+        yield (
+            "top_p_sampling_from_probs",
+            "top_p_sampling_from_probs",
+            (probs(32000),),
+            lambda p: (f.top_p_sampling_from_probs(p, 0.9, **given),),
+        )
+        yield (
+            "top_p_sampling_from_probs return_valid",
+            "top_p_sampling_from_probs",
+            (probs(32000),),
+            lambda p: f.top_p_sampling_from_probs(p, 0.9, return_valid=True, **given),
+        )
+    if hasattr(f, "top_k_sampling_from_probs"):
+        yield (
+            "top_k_sampling_from_probs",
+            "top_k_sampling_from_probs",
+            (probs(32000),),
+            lambda p: (f.top_k_sampling_from_probs(p, 50, **given),),
+        )
+    name = "top_k_top_p_sampling_from_probs"
+    if hasattr(f, name):
+        for vocabulary in (32000, 65536):
+            yield (
+                f"{name} vocabulary {vocabulary}",
+                name,
+                (probs(vocabulary),),
+                lambda p: (f.top_k_top_p_sampling_from_probs(p, 50, 0.9, **given),),
+            )
+        yield (
+            name + " joint",
+            name,
+            (probs(32000),),
+            lambda p: (
+                f.top_k_top_p_sampling_from_probs(p, 50, 0.9, filter_apply_order="joint", **given),
+            ),
+        )
 
 
 def quantizers(torch, f, t):  # type: ignore[no-untyped-def]

@@ -100,6 +100,9 @@ class Boundary:
     fake runs first; none where empty."""
     types: tuple[tuple[str, str], ...] = ()
     """The op's type (`Tensor`, `int`, ...) of each parameter FlashInfer left unannotated."""
+    returns_when: str = ""
+    """The flag parameter without which the function returns its first output alone
+    (`return_valid`); the op always returns all `returns`. None where empty."""
 
     kind = "op-boundary"
 
@@ -116,6 +119,7 @@ class Boundary:
             f'out="{self.out}", returns={self.returns}'
             + (f',\n        check="{self.check}"' if self.check else "")
             + (f",\n        types={{{self._types()}}}" if self.types else "")
+            + (f',\n        returns_when="{self.returns_when}"' if self.returns_when else "")
             + "\n    )\n"
         )
 

@@ -120,6 +120,7 @@ def _parse_operation(data: dict[str, Any], declarations: Sequence[Declaration]) 
             int(data.get("returns", 1)),
             data.get("check", ""),
             tuple(data.get("types", {}).items()),
+            data.get("returns_when", ""),
         )
     raise KeyError(f"operation kind {kind!r}")
 
@@ -213,6 +214,8 @@ def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
         problems.append(f"op {boundary.op!r} is not a name")
     if boundary.returns < 1:
         problems.append("an op boundary returns one tensor or more")
+    if boundary.returns_when and boundary.returns < 2:
+        problems.append(f"returns_when = {boundary.returns_when!r} needs returns = 2 or more")
     if "declared-ops-custom" not in patch.requires.patches:
         problems.append("an op boundary requires declared-ops-custom, which places its code")
     return problems

@@ -28,7 +28,10 @@ _fi_patch_boundaries: "Dict[str, _FiPatchBoundary]" = {}
 
 # One entry point: FlashInfer's function, the ops made of it (or why none), and its parameters:
 # all of them in order (`names`), those the op leaves to their default (`kept`: torch has no
-# schema type for them), and those typed by an IntEnum, passed to the op as int (`enums`).
+# schema type for them), those typed by an IntEnum, passed to the op as int (`enums`), those
+# typed as a tensor or a number, passed to the op as two (`split`: the number's parameter, named
+# NAME_number), and the flag that makes the entry point return all its outputs, not the first
+# alone (`flag`: the op always asks for them all).
 class _FiPatchBoundary(object):
     def __init__(self, name: "str", fn: "Any") -> "None":
         self.name = name
@@ -40,6 +43,8 @@ class _FiPatchBoundary(object):
         self.positional = 0
         self.kept: "Tuple[str, ...]" = ()
         self.enums: "Dict[str, Any]" = {}
+        self.split: "Dict[str, str]" = {}
+        self.flag = ""
         self.ready = False
         self.reason = ""
 
@@ -68,8 +73,10 @@ def _fi_patch_boundary(
     returns: "int" = 1,
     check: "str" = "",
     types: "Optional[Dict[str, str]]" = None,
+    returns_when: "str" = "",
 ) -> "Any":
     entry = _FiPatchBoundary(name, fn)
+    entry.flag = returns_when
     _fi_patch_boundaries[name] = entry
     try:
         checking = _fi_patch_boundary_check(fn, check)
@@ -97,7 +104,9 @@ def _fi_patch_boundary_check(fn: "Any", check: "str") -> "Any":
 
 # The op's parameters: each of the entry point's, typed by its annotation (or, unannotated, by
 # the patch's `types`), but those torch has no type for that have a default: the op leaves them
-# to it. `out` is the parameter the entry point writes into, where this text has it.
+# to it. A tensor or a number (`top_p: Union[torch.Tensor, float]`) is two: an optional tensor
+# and an optional number. The flag (`entry.flag`) is no parameter of the op, which passes it
+# true. `out` is the parameter the entry point writes into, where this text has it.
 def _fi_patch_make_boundary(
     entry: "_FiPatchBoundary",
     fake: "_FiPatchFake",
@@ -133,9 +142,23 @@ def _fi_patch_make_boundary(
         annotation = hints.get(parameter.name, parameter.empty)
         if annotation is parameter.empty and parameter.name in types:
             annotation = _fi_patch_named_types[types[parameter.name]]
+        if parameter.name == entry.flag:
+            continue
         enum = _fi_patch_int_enum(annotation)
         if enum is not None:
             entry.enums[parameter.name] = enum
+        number = _fi_patch_tensor_or_number(annotation)
+        if number is not None:
+            entry.split[parameter.name] = parameter.name + "_number"
+            for half, kind in (
+                (parameter.name, torch.Tensor),
+                (parameter.name + "_number", number),
+            ):
+                optional = typing.Optional[kind]  # type: ignore[valid-type]
+                typed.append(
+                    inspect.Parameter(half, parameter.POSITIONAL_OR_KEYWORD, annotation=optional)
+                )
+            continue
         kind = _fi_patch_op_type(annotation, default)
         if kind is None and default is not parameter.empty:
             kept.append(parameter.name)
@@ -153,16 +176,30 @@ def _fi_patch_make_boundary(
         typed.append(
             inspect.Parameter(parameter.name, parameter.POSITIONAL_OR_KEYWORD, annotation=kind)
         )
+    if entry.flag and (entry.flag not in names or returns < 2):
+        entry.reason = "it has no flag %s that returns %d outputs" % (entry.flag, returns)
+        return
     passed = [p.name for p in typed]
     if out not in passed:
         out = ""
     result = torch.Tensor if returns == 1 else typing.Tuple[(torch.Tensor,) * returns]
-    enums = entry.enums
+    enums, split, flag = entry.enums, entry.split, entry.flag
+
+    def joined(values: "Tuple[Any, ...]") -> "Dict[str, Any]":
+        # The entry point's arguments again: a split parameter one value, the flag true.
+        named = dict(zip(passed, values))
+        for name, number in split.items():
+            value = named.pop(number)
+            if named[name] is None:
+                named[name] = value
+        if flag:
+            named[flag] = True
+        return named
 
     def arguments(values: "Tuple[Any, ...]") -> "Dict[str, Any]":
         # An op schema holds a sequence as a list: FlashInfer compares some with tuples; and an
         # IntEnum as an int: FlashInfer reads its members.
-        named = dict(zip(passed, values))
+        named = joined(values)
         for name in tuples:
             if named[name] is not None:
                 named[name] = tuple(named[name])
@@ -175,7 +212,7 @@ def _fi_patch_make_boundary(
         return fn(**arguments(values))
 
     def faked(*values: "Any") -> "Any":
-        return fake(dict(zip(passed, values)), rule, check)
+        return fake(joined(values), rule, check)
 
     run.__signature__ = inspect.Signature(typed, return_annotation=result)  # type: ignore[attr-defined]
     entry.op = torch.library.custom_op("fi_patch::" + entry.name, run, mutates_args=())
@@ -212,6 +249,27 @@ def _fi_patch_boundary_no_grad(ctx: "Any", *grads: "Any") -> "Any":
     return (None,) * ctx.inputs
 
 
+# The types a union annotation names, None left out (Optional[X] is [X]), or None for another
+# annotation.
+def _fi_patch_union_members(annotation: "Any") -> "Optional[List[Any]]":
+    import types
+    import typing
+
+    unions = (typing.Union, getattr(types, "UnionType", typing.Union))  # X | Y from Python 3.10
+    if typing.get_origin(annotation) not in unions:
+        return None
+    return [a for a in typing.get_args(annotation) if a is not type(None)]
+
+
+# The number type of an annotation that is a tensor or a number (optional or not), or None.
+def _fi_patch_tensor_or_number(annotation: "Any") -> "Any":
+    kinds = _fi_patch_union_members(annotation) or []
+    numbers = [k for k in kinds if k in (int, float)]
+    if len(kinds) != 2 or torch.Tensor not in kinds or len(numbers) != 1:
+        return None
+    return numbers[0]
+
+
 def _fi_patch_is_tuple(annotation: "Any") -> "bool":
     import typing
 
@@ -227,6 +285,8 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
     name, names, defaults, positional = entry.name, entry.names, entry.defaults, entry.positional
     kept = [names.index(k) for k in entry.kept]
     enums = [names.index(e) for e in entry.enums]
+    split = [names.index(s) for s in entry.split]
+    flag = names.index(entry.flag) if entry.flag else -1
     op = getattr(torch.ops.fi_patch, name)
     out_op = getattr(torch.ops.fi_patch, name + "_out") if at >= 0 else None
 
@@ -241,11 +301,18 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
         for index in enums:
             if values[index] is not None:
                 values[index] = int(values[index])
-        passed = [v for index, v in enumerate(values) if index not in kept]
+        passed: "List[Any]" = []
+        for index, value in enumerate(values):
+            if index in split:
+                tensor = isinstance(value, torch.Tensor)
+                passed += [value, None] if tensor else [None, value]
+            elif index not in kept and index != flag:
+                passed.append(value)
         if out_op is not None and passed[at] is not None:
             out_op(*passed)
             return passed[at]
-        return op(*passed)
+        result = op(*passed)
+        return result[0] if flag >= 0 and not values[flag] else result
 
     entry.fn._torchdynamo_inline = traced
     entry.ready = True
@@ -292,13 +359,11 @@ def _fi_patch_int_enum(annotation: "Any") -> "Any":
 # of None makes it optional (FlashInfer writes `out: torch.Tensor = None`); a Literal of strings
 # is a str; an IntEnum is an int; a union of several types has no schema type.
 def _fi_patch_op_type(annotation: "Any", default: "Any") -> "Any":
-    import types
     import typing
 
     optional = default is None
-    unions = (typing.Union, getattr(types, "UnionType", typing.Union))  # X | Y from Python 3.10
-    if typing.get_origin(annotation) in unions:
-        kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
+    kinds = _fi_patch_union_members(annotation)
+    if kinds is not None:
         if len(kinds) != 1:
             return None
         annotation, optional = kinds[0], True
@@ -530,6 +595,43 @@ def _fi_patch_fake_block_scale_interleave(
     return None
 
 
+# top_p_sampling_from_probs, top_k_sampling_from_probs, top_k_top_p_sampling_from_probs: as the
+# sampling module's functions allocate them (flashinfer/sampling.py, get_sampling_module), one
+# sample per row (of indices where given, else of probs), indices' dtype or int32, and one bool
+# per row, whether that row's sample is valid; both contiguous, on probs' device. The ValueErrors
+# first: an unknown filter_apply_order; and where seed and offset are both given,
+# _validate_and_convert_seed_offset's (both tensors or both numbers; a tensor on probs' device,
+# int64 or uint64, 1-D, of one value or one per row). The same in every release with the rule
+# "allocated" (0.6.7 on). The top-k-first fast path (0.6.14 on, a vocabulary of 65536 or more)
+# gives the same outputs.
+def _fi_patch_fake_sampling(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    probs, indices = values["probs"], values["indices"]
+    order = values.get("filter_apply_order", "top_k_first")
+    if order not in ("top_k_first", "joint"):
+        raise ValueError("Invalid filter_apply_order: %s" % order)
+    rows = indices.shape[0] if indices is not None else probs.shape[0]
+    seed, offset = values["seed"], values["offset"]
+    if seed is not None and offset is not None:
+        if isinstance(seed, torch.Tensor) != isinstance(offset, torch.Tensor):
+            raise ValueError("seed and offset must both be tensors or both be scalars")
+        for what, given in (("seed", seed), ("offset", offset)):
+            if isinstance(given, torch.Tensor):
+                _fi_patch_sampling_seed(what, given, probs.device, rows)
+    dtype = indices.dtype if indices is not None else torch.int32
+    return probs.new_empty((rows,), dtype=dtype), probs.new_empty((rows,), dtype=torch.bool)
+
+
+def _fi_patch_sampling_seed(what: "str", given: "Any", device: "Any", rows: "Any") -> "None":
+    if given.device != device:
+        raise ValueError("%s tensor must be on %s" % (what, device))
+    if given.dtype not in (torch.int64, torch.uint64):
+        raise ValueError("%s tensor must be int64/uint64" % what)
+    if given.ndim != 1:
+        raise ValueError("%s tensor must be 1D" % what)
+    if given.shape[0] != 1 and given.shape[0] != rows:
+        raise ValueError("%s tensor length must be 1 or %s" % (what, rows))
+
+
 _FiPatchFake = Callable[[Dict[str, Any], str, Any], Any]
 
 # The rules each fake knows: a patch naming another is refused when the registry loads it, and
@@ -544,6 +646,7 @@ _fi_patch_boundary_rules = {
     "nvfp4_grouped": ("allocated",),
     "nvfp4_silu_experts": ("allocated",),
     "block_scale_interleave": ("allocated",),
+    "sampling": ("allocated",),
 }
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
@@ -556,4 +659,5 @@ _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "nvfp4_grouped": _fi_patch_fake_nvfp4_grouped,
     "nvfp4_silu_experts": _fi_patch_fake_nvfp4_silu_experts,
     "block_scale_interleave": _fi_patch_fake_block_scale_interleave,
+    "sampling": _fi_patch_fake_sampling,
 }

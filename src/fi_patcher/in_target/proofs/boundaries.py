@@ -171,6 +171,8 @@ def forms(torch, f, name):
         return calls, refused
     if name in QUANTIZERS:
         return QUANTIZERS[name](torch, f, fn)
+    if name in SAMPLERS:
+        return _sampling(torch, f, fn, name)
     return None, None
 
 
@@ -296,6 +298,117 @@ QUANTIZERS = {
 }
 
 
+SAMPLERS = (
+    "top_p_sampling_from_probs",
+    "top_k_sampling_from_probs",
+    "top_k_top_p_sampling_from_probs",
+)
+
+
+def _sampling(torch, f, fn, name):
+    """The samplers on meta tensors, with seed and offset given (the device's generator is the
+    GPU's): top_k and top_p as numbers and as tensors, indices, return_valid, filter_apply_order.
+    The vocabulary (128) keeps top_k_top_p off its fast path (65536 and more), which needs a
+    kernel's values."""
+    import inspect
+
+    int64 = torch.int64
+    probs = _meta(torch, 4, 128, dtype=torch.float32)
+    k, p = name.startswith("top_k"), "top_p" in name
+    # The sampler's own parameters after probs: (top_k,) (top_p,) or (top_k, top_p).
+    numbers = (5,) * k + (0.9,) * p
+    named = {}
+    if k:
+        named["top_k"] = _meta(torch, 4, dtype=torch.int32)
+    if p:
+        named["top_p"] = _meta(torch, 4, dtype=torch.float32)
+    tensors = tuple(named.values())
+    seeded = {"seed": 7, "offset": 0}
+    calls = [
+        (
+            "positional",
+            lambda x: fn(
+                x, *numbers, None, *(("top_k_first",) * (k and p)), True, None, False, 7, 0
+            ),
+            (probs,),
+            None,
+        ),
+        (
+            "by keyword, tensors",
+            lambda x: fn(probs=x, deterministic=False, **named, **seeded),
+            (probs,),
+            None,
+        ),
+        ("return_valid", lambda x: fn(x, *numbers, return_valid=True, **seeded), (probs,), None),
+        (
+            "indices",
+            lambda x, i: fn(x, *numbers, indices=i, **seeded),
+            (probs, _meta(torch, 6, dtype=int64)),
+            None,
+        ),
+        (
+            "seed and offset tensors",
+            lambda x: fn(
+                x, *numbers, seed=_meta(torch, 1, dtype=int64), offset=_meta(torch, 4, dtype=int64)
+            ),
+            (probs,),
+            None,
+        ),
+        (
+            "a dynamic batch dimension",
+            lambda x: fn(x, *tensors, **seeded) + 1,
+            (_meta(torch, 4, 128, dtype=torch.float32),),
+            0,
+        ),
+    ]
+    if k and p:
+        calls.append(
+            (
+                "joint",
+                lambda x: fn(x, *numbers, filter_apply_order="joint", **seeded),
+                (probs,),
+                None,
+            )
+        )
+    if "top_k_max" in inspect.signature(getattr(f, name)).parameters:
+        calls.append(
+            ("top_k_max", lambda x: fn(x, *tensors, top_k_max=8, **seeded), (probs,), None)
+        )
+    refused = [
+        (
+            "a seed tensor with an offset number",
+            lambda x: fn(x, *numbers, seed=_meta(torch, 1, dtype=int64), offset=0),
+            (probs,),
+        ),
+        (
+            "an int32 seed",
+            lambda x: fn(
+                x,
+                *numbers,
+                seed=_meta(torch, 1, dtype=torch.int32),
+                offset=_meta(torch, 1, dtype=torch.int32),
+            ),
+            (probs,),
+        ),
+        (
+            "a seed per row of another batch",
+            lambda x: fn(
+                x, *numbers, seed=_meta(torch, 3, dtype=int64), offset=_meta(torch, 3, dtype=int64)
+            ),
+            (probs,),
+        ),
+    ]
+    if k and p:
+        refused.append(
+            (
+                "an unknown filter_apply_order",
+                lambda x: fn(x, *numbers, filter_apply_order="top_p_first", **seeded),
+                (probs,),
+            )
+        )
+    return calls, refused
+
+
 class Reached(Exception):
     """Raised by the stood-in workspace: the eager call got past its output's allocation. It
     carries the output, the local `out` of the GEMM that asked for the workspace."""
@@ -316,6 +429,12 @@ def stand_ins(torch, name):
             "get_fp4_quantization_module": BUILT,
             "get_mxfp8_quantization_sm100_module": BUILT,
         }
+    if name in SAMPLERS:
+        # 0.7.4's row-states buffer asks whether the stream is capturing: a GPU host's answer.
+        def row_states(name, device, num_bytes=1024):
+            return torch.zeros(num_bytes, dtype=torch.uint8, device=device)
+
+        return {"get_sampling_module": BUILT, "_get_row_states_buffer": row_states}
     if name not in ("mm_fp4", "bmm_fp8", "mm_fp8"):
         return {}
 
