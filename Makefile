@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint demo bench dist gpu-check clean
+.PHONY: dev test test-slow lint demo bench dist gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,8 +14,12 @@ $(STAMP): pyproject.toml
 
 dev: $(STAMP)
 
+# The fast tier; test-slow runs the rest (tests/support/tiers.py says what and why). CI runs both.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n auto --maxprocesses 4 --cov --cov-branch --cov-report=term
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 -m "not slow" --cov --cov-branch --cov-report=term
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 -m slow
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check src tests patches benchmarks

@@ -15,6 +15,7 @@ from fi_patcher import __version__
 from tests.conftest import MakeVenv
 from tests.support.expected import expected
 from tests.support.releases import FP4, RELEASES, released_text
+from tests.support.tiers import SLOW
 from tests.support.tool import ROOT
 from tests.support.venvs import fp4_file, replace_bytes, target_file
 
@@ -72,6 +73,7 @@ def untouched(venv: Path) -> bool:
     )
 
 
+@SLOW
 def test_five_runs_the_way_operators_run_them(
     venv_with: MakeVenv, dist: Path, tmp_path: Path
 ) -> None:
@@ -103,7 +105,8 @@ def test_five_runs_the_way_operators_run_them(
     assert "cuda-version-torch-first applied, " in output
     assert "fp4-quantize-under-compile applied, " in output
     assert "op-silu-and-mul applied, " in output
-    assert "op-silu-and-mul-scaled-nvfp4-experts-quantize applied (" in output
+    assert "op-silu-and-mul-scaled-nvfp4-experts-quantize applied, " in output
+    assert "op-top-p-sampling-from-probs applied (" in output
     assert target_file(venv).read_bytes() == expected("0.7.4").encode()
     assert fp4_file(venv).read_bytes() == expected("0.7.4", FP4).encode()
 
@@ -117,6 +120,7 @@ def test_five_runs_the_way_operators_run_them(
     assert (recap(output)["changed"], recap(output)["failed"]) == (0, 0)
 
 
+@SLOW
 def test_a_drifted_host_fails_with_fi_patch_s_own_message(
     venv_with: MakeVenv, dist: Path, tmp_path: Path
 ) -> None:

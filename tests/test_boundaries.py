@@ -37,11 +37,16 @@ from tests.support.releases import (
     MM_FP4,
     MM_FP8,
     MXFP8,
+    SAMPLING,
     SILU,
     SILU_EXPERTS,
+    TOP_K,
+    TOP_K_TOP_P,
+    TOP_P,
     release,
     released_text,
 )
+from tests.support.tiers import SLOW, releases
 from tests.support.tool import released_tool
 from tests.support.venvs import create_venv, install, python_of, site_packages
 
@@ -59,11 +64,26 @@ ENTRY_POINTS = {
     BATCHED: "nvfp4_batched_quantize",
     GROUPED: "scaled_fp4_grouped_quantize",
     SILU_EXPERTS: "silu_and_mul_scaled_nvfp4_experts_quantize",
+    TOP_K: "top_k_sampling_from_probs",
+    TOP_K_TOP_P: "top_k_top_p_sampling_from_probs",
+    TOP_P: "top_p_sampling_from_probs",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
-# whose error the fake raises as the eager call does.
+# whose error the fake raises as the eager call does; by fake, or by entry point where one fake
+# serves several.
+SAMPLED = (
+    "positional, by keyword, tensors, return_valid, indices, seed and offset tensors, "
+    "a dynamic batch dimension",
+    "a seed tensor with an offset number, an int32 seed, a seed per row of another batch",
+)
 PROVEN = {
+    "top_k_sampling_from_probs": SAMPLED,
+    "top_p_sampling_from_probs": SAMPLED,
+    "top_k_top_p_sampling_from_probs": (
+        SAMPLED[0] + ", joint",
+        SAMPLED[1] + ", an unknown filter_apply_order",
+    ),
     "act_and_mul": (
         "positional, by keyword, out=, positional out, float16, a dynamic batch dimension",
         "an odd last dimension, out of the wrong shape",
@@ -97,7 +117,11 @@ PROVEN = {
         "float32 scales, a 1-D input",
     ),
 }
-OUT_FORMS = {"block_scale_interleave": (", out=", ", out of the wrong size")}
+# Forms 0.7.4 adds: out= (0.7.2.post1 on), top_k_max (0.7.4).
+NEWER_FORMS = {
+    "block_scale_interleave": (", out=", ", out of the wrong size"),
+    "top_k_top_p_sampling_from_probs": (", top_k_max", ""),
+}
 
 
 def test_each_patch_names_its_entry_point_and_an_op_of_the_same_name() -> None:
@@ -183,6 +207,10 @@ def test_an_op_boundary_names_its_rule_and_requires_the_placed_code() -> None:
     batched = (Path(__file__).parents[1] / "patches" / f"{BATCHED}.toml").read_text()
     with pytest.raises(RegistryError, match="parameter a: the op has no type 'tensor'"):
         parse_patch("x.toml", batched.replace('a = "Tensor"', 'a = "tensor"'))
+    # A flag that sets how many outputs the entry point returns needs an op that returns them.
+    sampler = (Path(__file__).parents[1] / "patches" / f"{TOP_P}.toml").read_text()
+    with pytest.raises(RegistryError, match="returns_when = 'return_valid' needs returns = 2"):
+        parse_patch("x.toml", sampler.replace("returns = 2", "returns = 1"))
 
 
 # In the target after apply: the op each entry point traces to, the function left as FlashInfer
@@ -235,6 +263,9 @@ def refusal(fn, *args):
 x = torch.randn(4, 256, dtype=torch.bfloat16)
 q = torch.empty(2, 64, 128, dtype=torch.bfloat16, device="meta")
 qs = torch.empty(1, device="meta")
+p = torch.empty(4, 128, device="meta")
+t = torch.empty(4, device="meta")
+generator = torch.Generator()
 print(json.dumps({
     "ready": {name: e.ready for name, e in sorted(utils._fi_patch_boundaries.items())},
     "schema": str(torch.ops.fi_patch.silu_and_mul.default._schema),
@@ -262,6 +293,14 @@ print(json.dumps({
     "4over6 passed": refusal(
         lambda q: flashinfer.nvfp4_batched_quantize(q, qs, nvfp4_4over6=None), q
     ),
+    "sampler schema": str(torch.ops.fi_patch.top_k_top_p_sampling_from_probs.default._schema),
+    "samples": graph(lambda p: flashinfer.top_k_sampling_from_probs(p, 5, seed=1, offset=0), p),
+    "samples and valid": graph(
+        lambda p: flashinfer.top_p_sampling_from_probs(p, t, return_valid=True), p
+    ),
+    "generator passed": refusal(
+        lambda p: flashinfer.top_p_sampling_from_probs(p, 0.9, generator=generator), p
+    ),
     "one function by two names": (
         flashinfer.nvfp4_block_scale_interleave is flashinfer.block_scale_interleave
         and "_torchdynamo_inline" in vars(flashinfer.block_scale_interleave)
@@ -279,12 +318,13 @@ def in_target(venv: Path, code: str) -> dict[str, object]:
     return dict(json.loads(completed.stdout.strip().splitlines()[-1]))
 
 
-@pytest.mark.parametrize("version", LIFECYCLE)
+@pytest.mark.parametrize("version", releases(LIFECYCLE, "0.6.8.post1"))
 def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: str) -> None:
     venv = create_venv(tmp_path / "venv")
     install(venv, release(version))
     use(venv, shared(CUDA_TORCH))
-    originals = {f: released_text(release(version), f) for f in (ACTIVATION, GEMM, FP4, FP8_QUANT)}
+    written = (ACTIVATION, GEMM, FP4, FP8_QUANT, SAMPLING)
+    originals = {f: released_text(release(version), f) for f in written}
     named = [x for p in (DECLARED, *BOUNDARIES) for x in ("--patch", p)]
 
     before = fi_patch(runner, "check", "--venv", venv, *named, "--json")
@@ -300,9 +340,10 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         name = ENTRY_POINTS[patch_id]
         assert f"no op boundary for {name}" in proofs["before"]["summary"]
         fake = PATCHES[patch_id].operation.fake  # type: ignore[union-attr]
-        forms, refused = PROVEN[fake]
-        if fake in OUT_FORMS and version == "0.7.4":
-            forms, refused = forms + OUT_FORMS[fake][0], refused + OUT_FORMS[fake][1]
+        key = name if name in PROVEN else fake
+        forms, refused = PROVEN[key]
+        if key in NEWER_FORMS and version == "0.7.4":
+            forms, refused = forms + NEWER_FORMS[key][0], refused + NEWER_FORMS[key][1]
         assert proofs["after"]["summary"] == (
             f"passes ({name} traces to one fi_patch op per call ({forms}), runs as it is "
             f"eagerly, and its op and the op's fake give the eager call's shapes, strides, "
@@ -359,6 +400,24 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         assert seen["4over6 passed"] == (
             "\"nvfp4_batched_quantize() got an unexpected keyword argument 'nvfp4_4over6'\")"
         )
+    # A sampler's op: top_k and top_p, seed and offset, two parameters each (a tensor, a number);
+    # no generator (the op leaves it to its default) and no return_valid (the op returns both
+    # outputs, the traced call the first alone unless the caller asks for both).
+    assert seen["sampler schema"] == (
+        "fi_patch::top_k_top_p_sampling_from_probs(Tensor probs, Tensor? top_k, "
+        "SymInt? top_k_number, Tensor? top_p, float? top_p_number, Tensor? indices, "
+        "str filter_apply_order, bool deterministic, bool check_nan, Tensor? seed, "
+        "SymInt? seed_number, Tensor? offset, SymInt? offset_number"
+        + (", SymInt? top_k_max" if version == "0.7.4" else "")
+        + ") -> (Tensor, Tensor)"
+    )
+    getitem = "<built-in function getitem>"
+    assert seen["samples"] == ["fi_patch.top_k_sampling_from_probs", getitem]
+    assert seen["samples and valid"] == ["fi_patch.top_p_sampling_from_probs", getitem, getitem]
+    assert seen["generator passed"] == (
+        "\"fi-patch's op for top_p_sampling_from_probs() leaves generator to its default: "
+        'pass it only outside torch.compile")'
+    )
     assert seen["one function by two names"] is True
     assert seen["dynamo imported"] is False
 
@@ -378,6 +437,7 @@ def tool_0_7_0(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return released_tool(RELEASE_0_7_0, tmp_path_factory.mktemp("fi-patch-0.7.0"))
 
 
+@SLOW
 def test_an_upgrade_writes_utils_again_for_the_op_boundaries(
     runner: CliRunner, tmp_path: Path, tool_0_7_0: Path
 ) -> None:

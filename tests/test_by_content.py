@@ -44,6 +44,7 @@ from tests.support.releases import (
     fetch,
     released_text,
 )
+from tests.support.tiers import SLOW
 from tests.support.venvs import create_venv, pip, record_sha256, site_packages
 
 PRE_RELEASES = {
@@ -71,6 +72,7 @@ def _unchanged(venv: Path, *relpaths: str) -> bool:
     )
 
 
+@SLOW
 @pytest.mark.parametrize("version", list(PRE_RELEASES))
 def test_a_pre_release_is_patched_by_what_its_files_hold(
     runner: CliRunner, venv_with: MakeVenv, version: str
@@ -130,6 +132,7 @@ def _venv_of(wheel: Path, path: Path) -> Path:
     return venv
 
 
+@SLOW
 def test_a_future_release_with_known_functions_needs_no_catalog_change(
     runner: CliRunner, future: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -218,6 +221,7 @@ def _comment_in_the_op(data: bytes) -> bytes:
     return "".join(lines).encode("utf-8")
 
 
+@SLOW
 def test_a_patch_added_beside_a_forced_one_rebuilds_the_file(
     runner: CliRunner, tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ from fi_patcher import __version__
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result
+from tests.support.tiers import SLOW
 
 
 def test_version(runner: CliRunner) -> None:
@@ -110,7 +111,8 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: fp4-quantize-under-compile not-applicable",
         # 0.5.0's activations are older texts than the op boundaries cover (0.6.0 on), its
         # GEMMs live in flashinfer/gemm.py, not gemm/gemm_base.py, and its quantizers in
-        # flashinfer/fp4_quantization.py and fp8_quantization.py, not flashinfer/quantization/.
+        # flashinfer/fp4_quantization.py and fp8_quantization.py, not flashinfer/quantization/;
+        # its samplers are older texts too (the op boundaries cover 0.6.7 on).
         f"{venv}: op-block-scale-interleave not-applicable",
         f"{venv}: op-bmm-fp8 not-applicable",
         f"{venv}: op-gelu-and-mul not-applicable",
@@ -122,6 +124,9 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: op-scaled-fp4-grouped-quantize not-applicable",
         f"{venv}: op-silu-and-mul not-applicable",
         f"{venv}: op-silu-and-mul-scaled-nvfp4-experts-quantize not-applicable",
+        f"{venv}: op-top-k-sampling-from-probs not-applicable",
+        f"{venv}: op-top-k-top-p-sampling-from-probs not-applicable",
+        f"{venv}: op-top-p-sampling-from-probs not-applicable",
     ]
     apply = fi_patch(runner, "-q", "apply", "--venv", venv, "--no-verify")
     assert apply.code == ExitCode.OK
@@ -196,6 +201,7 @@ def test_a_timeout_under_a_second_is_usage(runner: CliRunner) -> None:
     assert "0.5 is less than 1 second" in run.text
 
 
+@SLOW
 def test_one_venv_named_twice_is_checked_twice_at_once(venv_with: MakeVenv) -> None:
     """Several targets are checked in threads, and each parses FlashInfer's files with `ast`.
     CPython 3.11 counts the AST constructor's depth in state the threads share: parsing at once

@@ -39,6 +39,7 @@ from tests.support.releases import (
     released_files,
     released_text,
 )
+from tests.support.tiers import releases
 from tests.support.venvs import create_venv, install, python_of, site_packages
 
 DECLARATIONS = PATCHES[DECLARED].declarations
@@ -154,7 +155,7 @@ LIFECYCLE = ["0.2.0.post1", "0.6.8.post1", "0.7.0", "0.7.4"]
 BOTH = ("--patch", DECLARED, "--patch", DECLARED_FAKE)
 
 
-@pytest.mark.parametrize("version", LIFECYCLE)
+@pytest.mark.parametrize("version", releases(LIFECYCLE, "0.6.8.post1"))
 def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: str) -> None:
     venv = create_venv(tmp_path / "venv")
     install(venv, release(version))

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch
+from tests.support.tiers import SLOW
 from tests.support.venvs import python_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +59,7 @@ def test_the_pages_show_commands_and_mark_what_they_do_not_run() -> None:
     assert any("fi-patch --install-completion" in line for line in illustrative())
 
 
+@SLOW
 def test_every_command_the_docs_show_runs(venv_with: MakeVenv) -> None:
     """In page order, on one venv holding FlashInfer 0.7.0 (every patch applies): no command
     is a usage error or meets a bug, and each help answers."""

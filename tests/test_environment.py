@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result, state_of
+from tests.support.tiers import SLOW
 from tests.support.venvs import python_of, site_packages
 
 
@@ -46,6 +47,7 @@ def test_python_option_names_the_interpreter(runner: CliRunner, venv_with: MakeV
     assert patch_result(run.json)["state"] == "pristine"
 
 
+@SLOW
 def test_several_targets_report_each_and_exit_with_the_highest_code(
     runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
 ) -> None:

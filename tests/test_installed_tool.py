@@ -16,6 +16,7 @@ from tests.conftest import MakeVenv
 from tests.support.cli import patch_result
 from tests.support.expected import expected
 from tests.support.releases import BOUNDARIES
+from tests.support.tiers import SLOW
 from tests.support.tool import ROOT, build_wheel
 from tests.support.venvs import target_file
 
@@ -65,6 +66,7 @@ def test_wheel_ships_the_patches_and_runs(installed_tool: Path, tmp_path: Path) 
     ]
 
 
+@SLOW
 def test_installed_tool_patches_another_venv(
     installed_tool: Path, venv_with: MakeVenv, tmp_path: Path
 ) -> None:
@@ -116,6 +118,7 @@ def dockerfile() -> str:
     return text.split("```dockerfile", 1)[1].split("```", 1)[0]
 
 
+@SLOW
 def test_the_dockerfile_recipe_steps(venv_with: MakeVenv, tmp_path: Path) -> None:
     """docs/docker.md's own fi-patch steps, read from the page and run in a fresh venv: the
     image cannot be built here (no container registry is reachable), its steps can."""

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result
 from tests.support.releases import UNDER_COMPILE
+from tests.support.tiers import SLOW
 
 SCHEMA = json.loads(
     (Path(__file__).resolve().parents[1] / "docs" / "schema" / "output-v5.json").read_text()
@@ -60,6 +61,7 @@ def test_every_command_output_validates(
     assert documents[-1].json["error"]["kind"] == "UsageError"
 
 
+@SLOW
 def test_verification_output_validates(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.7.4")
     applied = valid(fi_patch(runner, "apply", "--venv", venv, "--json").json)

@@ -37,11 +37,16 @@ from tests.support.releases import (
     MXFP8,
     OP_BOUNDARY,
     RELEASES,
+    SAMPLING,
     TARGET,
+    TOP_K,
+    TOP_K_TOP_P,
+    TOP_P,
     UNDER_COMPILE,
     UTILS,
     released_text,
 )
+from tests.support.tiers import releases
 from tests.support.venvs import record_sha256, site_packages
 
 PATCHABLE = [v for v, r in RELEASES.items() if r.shapes]
@@ -51,7 +56,7 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.mark.parametrize("version", PATCHABLE)
+@pytest.mark.parametrize("version", releases(PATCHABLE, "0.2.8", "0.6.0rc1", "0.7.4"))
 def test_apply_check_revert_round_trip(
     runner: CliRunner, venv_with: MakeVenv, version: str
 ) -> None:
@@ -132,7 +137,7 @@ def test_not_applicable_release(runner: CliRunner, venv_with: MakeVenv, version:
 def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.6.18.post1")
     site = site_packages(venv)
-    written = (TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT)
+    written = (TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT, SAMPLING)
     originals = {f: (site / f).read_bytes() for f in written}
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     store = venv / ".fi-patch"
@@ -158,6 +163,11 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
         (GROUPED, "0.6.7"),
     ]
     assert [(p["id"], p["shape"]) for p in records[FP8_QUANT]["patches"]] == [(MXFP8, "0.6.12")]
+    assert [(p["id"], p["shape"]) for p in records[SAMPLING]["patches"]] == [
+        (TOP_K, "0.6.13"),
+        (TOP_K_TOP_P, "0.6.14"),
+        (TOP_P, "0.6.13"),
+    ]
     assert [(p["id"], p["shape"]) for p in records[UTILS]["patches"]] == [
         (DECLARED, "no-op"),
         (DECLARED_FAKE, "no-op"),

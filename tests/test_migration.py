@@ -36,6 +36,7 @@ from tests.support.releases import (
     UTILS,
     released_text,
 )
+from tests.support.tiers import SLOW
 from tests.support.tool import released_tool
 from tests.support.venvs import fp4_file, target_file
 
@@ -59,6 +60,7 @@ def manifest(venv: Path) -> dict[str, object]:
     return data
 
 
+@SLOW
 def test_a_venv_patched_by_0_1_0_is_checked_extended_and_reverted(
     old_tool: Path, runner: CliRunner, venv_with: MakeVenv
 ) -> None:

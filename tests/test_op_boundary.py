@@ -35,6 +35,7 @@ from tests.support.releases import (
     fetch,
     released_text,
 )
+from tests.support.tiers import releases
 from tests.support.venvs import pip, python_of, site_packages, target_file
 
 LAYOUTS = Path(__file__).parent / "support" / "fp4_layouts.py"
@@ -81,7 +82,7 @@ def test_every_shape_is_covered_by_a_release_here() -> None:
     assert keyed == {s.name for s in PATCHES[OP_BOUNDARY].shapes}
 
 
-@pytest.mark.parametrize("version", FIRSTS)
+@pytest.mark.parametrize("version", releases(FIRSTS, "0.2.8"))
 def test_the_fake_is_the_release_and_eager_is_untouched(
     runner: CliRunner, venv_with: MakeVenv, version: str
 ) -> None:
@@ -151,7 +152,7 @@ def test_fakes_against_flashinfers_own_in_0_6_12(venv_with: MakeVenv, runner: Cl
         assert compared >= 40
 
 
-@pytest.mark.parametrize("version", ["0.6.7", "0.6.11.post3"])
+@pytest.mark.parametrize("version", releases(["0.6.7", "0.6.11.post3"], "0.6.11.post3"))
 def test_the_re_export_module_needs_no_change(
     runner: CliRunner, venv_with: MakeVenv, version: str
 ) -> None:
@@ -183,7 +184,9 @@ def test_the_re_export_module_needs_no_change(
 # The five-parameter function (0.2.8), the JIT-build failure (0.2.9), the first release with
 # get_cuda_version (0.3.1.post1), the decorated function (0.6.0), and the last parameter set
 # (0.6.11.post3).
-@pytest.mark.parametrize("version", ["0.2.8", "0.2.9", "0.3.1.post1", "0.6.0", "0.6.11.post3"])
+@pytest.mark.parametrize(
+    "version", releases(["0.2.8", "0.2.9", "0.3.1.post1", "0.6.0", "0.6.11.post3"], "0.2.8")
+)
 def test_proof_is_red_before_and_green_after(
     runner: CliRunner, venv_with: MakeVenv, version: str
 ) -> None:

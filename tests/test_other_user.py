@@ -24,6 +24,7 @@ from tests.support.cli import fi_patch
 from tests.support.deps import CUDA_TORCH, fake_torch, shared, use
 from tests.support.expected import expected
 from tests.support.releases import RELEASES, released_text
+from tests.support.tiers import SLOW
 from tests.support.tool import build_wheel
 from tests.support.venvs import install, target_file
 
@@ -111,6 +112,7 @@ def test_another_user_checks_but_cannot_revert(
     assert target_file(venv).read_bytes() == expected("0.5.0").encode()
 
 
+@SLOW
 def test_one_target_failing_never_loses_the_others(
     other_user: str, tool: Path, shared_folder: Path
 ) -> None:

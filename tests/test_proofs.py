@@ -34,6 +34,7 @@ from tests.support.releases import (
     UNDER_COMPILE,
     released_text,
 )
+from tests.support.tiers import SLOW
 from tests.support.venvs import fp4_file, site_packages, target_file
 
 
@@ -117,8 +118,8 @@ def test_apply_proves_every_patch_with_real_proofs(runner: CliRunner, venv_with:
     ("version", "patches"),
     [
         ("0.6.12", (FORWARDING, UNDER_COMPILE)),
-        ("0.7.1", (UNDER_COMPILE,)),
-        ("0.7.4", (UNDER_COMPILE,)),
+        pytest.param("0.7.1", (UNDER_COMPILE,), marks=SLOW),
+        pytest.param("0.7.4", (UNDER_COMPILE,), marks=SLOW),
     ],
 )
 def test_fp4_proofs_on_every_shape(
@@ -136,6 +137,7 @@ def test_fp4_proofs_on_every_shape(
     assert target_file(venv).read_bytes() == released_text(RELEASES[version])
 
 
+@SLOW
 def test_apply_for_people_says_before_fails_after_passes(
     runner: CliRunner, venv_with: MakeVenv
 ) -> None:
@@ -151,6 +153,7 @@ def test_apply_for_people_says_before_fails_after_passes(
     assert "fp4-quantize-under-compile after: passes" in run.text
 
 
+@SLOW
 def test_toolkit_mismatch_is_refused_unless_allowed(venv_with: MakeVenv, tmp_path: Path) -> None:
     venv = venv_with("0.7.4")
     cuda_home = toolkit(tmp_path / "cuda-12.4", "12.4")

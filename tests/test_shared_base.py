@@ -23,6 +23,7 @@ from tests.support.cli import fi_patch, patch_result
 from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.expected import expected
 from tests.support.releases import RELEASES, TARGET, fetch, released_text
+from tests.support.tiers import SLOW
 from tests.support.venvs import install, python_of, site_packages, target_file
 
 MACHINE_PYTHON = Path("/root/.pyenv/versions/3.11.7")
@@ -122,6 +123,7 @@ def test_the_base_copy_is_patched_only_through_the_base(
     assert sha256(base_file) == original
 
 
+@SLOW
 def test_with_a_copy_in_both_the_one_imported_first_is_patched(
     runner: CliRunner, base: Path, tmp_path: Path
 ) -> None:
@@ -152,6 +154,7 @@ def test_with_a_copy_in_both_the_one_imported_first_is_patched(
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.4"])
 
 
+@SLOW
 def test_a_user_site_copy_a_normal_start_imports_is_named(base: Path, tmp_path: Path) -> None:
     """A base interpreter (not a venv) imports from the user's site-packages first: a copy
     there, put by `pip install --user`, is the one a server started by that user runs."""

@@ -35,6 +35,7 @@ from tests.support.releases import (
     UNDER_COMPILE,
     fetch,
 )
+from tests.support.tiers import SLOW
 from tests.support.venvs import create_venv, fp4_file, pip, written_files
 
 PLAIN = CliRunner(env={"VIRTUAL_ENV": None, "CONDA_PREFIX": None, "NO_COLOR": "1"})
@@ -176,7 +177,15 @@ _DOES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize(
+    "case",
+    [
+        c
+        if c not in ("cpu-torch", "forced-then-wiped", "pre-release")
+        else pytest.param(c, marks=SLOW)
+        for c in CASES
+    ],
+)
 def test_check_then_apply_then_check_converges(
     venv_with: MakeVenv, tmp_path: Path, pythonpath_copy: Path, case: str
 ) -> None:

@@ -22,6 +22,7 @@ from tests.support.cli import fi_patch, patch_result, state_of, states_of
 from tests.support.deps import fake_torch, use
 from tests.support.expected import expected
 from tests.support.releases import FP4, FP4_OLD, OP_BOUNDARY, RELEASES, TARGET, released_text
+from tests.support.tiers import releases
 from tests.support.venvs import fp4_file, site_packages, target_file
 
 # One patch, one file: fp4-quantize-op-boundary in 0.2.13, named with --patch (the declared-ops
@@ -166,7 +167,7 @@ def _left(venv: Path) -> tuple[bool, bool]:
     return found[0], found[1]
 
 
-@pytest.mark.parametrize("step", BETWEEN)
+@pytest.mark.parametrize("step", releases(BETWEEN, "after-replace-1"))
 def test_apply_of_two_files_killed_between_them_is_finished(
     runner: CliRunner, venv_with: MakeVenv, step: str
 ) -> None:

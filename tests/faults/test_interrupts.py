@@ -28,10 +28,12 @@ from tests.support.releases import (
     FP8_QUANT,
     GEMM,
     RELEASES,
+    SAMPLING,
     TARGET,
     UTILS,
     released_text,
 )
+from tests.support.tiers import SLOW
 from tests.support.venvs import fp4_file, target_file
 
 RELEASE = "0.7.0"
@@ -64,7 +66,7 @@ def _untouched(venv: Path) -> bool:
 @pytest.mark.parametrize(
     ("signum", "code"),
     [
-        pytest.param(signal.SIGINT, ExitCode.INTERRUPTED, id="sigint"),
+        pytest.param(signal.SIGINT, ExitCode.INTERRUPTED, id="sigint", marks=SLOW),
         pytest.param(signal.SIGTERM, ExitCode.TERMINATED, id="sigterm"),
     ],
 )
@@ -92,6 +94,7 @@ def test_a_signal_while_proving_puts_every_file_back_and_says_so(
         TARGET: "rolled-back",
         FP4: "rolled-back",
         FP8_QUANT: "rolled-back",
+        SAMPLING: "rolled-back",
         UTILS: "rolled-back",
     }
     assert {p["action"] for p in result["patches"]} <= {"rolled-back", "not-applicable"}
@@ -100,6 +103,7 @@ def test_a_signal_while_proving_puts_every_file_back_and_says_so(
     assert states_of(runner, venv)[1] == ExitCode.NEEDS_APPLY
 
 
+@SLOW
 def test_ctrl_c_in_text_names_each_file_put_back(venv_with: MakeVenv) -> None:
     venv = venv_with(RELEASE)
     with started("-v", "apply", "--venv", venv) as process:
@@ -146,6 +150,7 @@ def test_every_target_of_a_signalled_apply_is_put_back(venv_with: MakeVenv) -> N
         assert _untouched(venv)
 
 
+@SLOW
 def test_a_second_ctrl_c_does_not_cut_the_undo_short(venv_with: MakeVenv) -> None:
     venv = venv_with(RELEASE)
     with started("-v", "apply", "--venv", venv, "--json") as process:

@@ -35,6 +35,7 @@ from tests.support.releases import (
     INTERLEAVE,
     OP_BOUNDARY,
     RELEASES,
+    SAMPLING,
     TARGET,
     UNDER_COMPILE,
     UTILS,
@@ -180,6 +181,7 @@ def test_an_undo_that_fails_on_one_file_puts_back_the_others(
         TARGET: "rolled-back",
         FP4: "stranded",
         FP8_QUANT: "stranded",
+        SAMPLING: "rolled-back",
         UTILS: "rolled-back",
     }
     error = result["error"]

@@ -32,12 +32,14 @@ from tests.support.releases import (
     FP8_QUANT,
     GEMM,
     RELEASES,
+    SAMPLING,
     TARGET,
     UNDER_COMPILE,
     UTILS,
     fetch,
     released_text,
 )
+from tests.support.tiers import SLOW
 from tests.support.venvs import (
     create_venv,
     fp4_file,
@@ -252,6 +254,7 @@ def test_future_release_without_cpp_ext_patches_what_it_holds(
     assert "0.8.0 carries the fp4_quantize of shape 0.7.4" in compiled["note"]
 
 
+@SLOW
 def test_a_pre_release_missing_a_file_its_record_lists(
     runner: CliRunner, venv_with: MakeVenv
 ) -> None:
@@ -287,7 +290,7 @@ def test_a_future_release_whose_record_lacks_the_file(
 
 def test_future_release_without_any_patched_file(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.7.4")
-    _release_as(venv, "0.8.0", TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT)
+    _release_as(venv, "0.8.0", TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT, SAMPLING)
     for command in ("check", "apply"):
         expect(
             fi_patch(runner, command, "--venv", venv),
@@ -296,7 +299,8 @@ def test_future_release_without_any_patched_file(runner: CliRunner, venv_with: M
             "flashinfer/activation.py, flashinfer/fp4_quantization.py, "
             "flashinfer/gemm/gemm_base.py, flashinfer/jit/cpp_ext.py, "
             "flashinfer/quantization/fp4_quantization.py, "
-            "flashinfer/quantization/fp8_quantization.py, flashinfer/utils.py",
+            "flashinfer/quantization/fp8_quantization.py, flashinfer/sampling.py, "
+            "flashinfer/utils.py",
             "install a release inside the known ranges",
         )
     assert not (venv / ".fi-patch").exists()

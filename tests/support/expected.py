@@ -101,6 +101,8 @@ def _boundary(node: ast.FunctionDef, patch: str, operation: Boundary, rule: str)
     if operation.types:
         named = ", ".join(f'"{name}": "{kind}"' for name, kind in operation.types)
         checked += f",\n        types={{{named}}}"
+    if operation.returns_when:
+        checked += f',\n        returns_when="{operation.returns_when}"'
     call = (
         "from flashinfer import utils as _fi_patch_utils\n"
         "\n"

@@ -51,18 +51,24 @@ MXFP8 = "op-mxfp8-quantize"
 BATCHED = "op-nvfp4-batched-quantize"
 GROUPED = "op-scaled-fp4-grouped-quantize"
 SILU_EXPERTS = "op-silu-and-mul-scaled-nvfp4-experts-quantize"
+TOP_K = "op-top-k-sampling-from-probs"
+TOP_K_TOP_P = "op-top-k-top-p-sampling-from-probs"
+TOP_P = "op-top-p-sampling-from-probs"
+SAMPLERS = (TOP_K, TOP_K_TOP_P, TOP_P)
+"""The op-boundary patches of the samplers, in flashinfer/sampling.py from 0.6.7."""
 QUANTIZERS = (INTERLEAVE, MXFP8, BATCHED, GROUPED, SILU_EXPERTS)
 """The op-boundary patches of the quantizers: silu_and_mul_scaled_nvfp4_experts_quantize in
 flashinfer/activation.py from 0.6.0; from 0.6.7 mxfp8_quantize in FP8_QUANT and the others in
 FP4."""
 BOUNDARIES = (INTERLEAVE, BMM_FP8, GELU, GELU_TANH, MM_FP4, MM_FP8, MXFP8, BATCHED, GROUPED)
-BOUNDARIES += (SILU, SILU_EXPERTS)
+BOUNDARIES += (SILU, SILU_EXPERTS, *SAMPLERS)
 """The op-boundary patches, one public entry point each, in registry order: the activations
 (flashinfer/activation.py, from 0.6.0), bmm_fp8 and mm_fp8 (from 0.6.0) and mm_fp4 (from 0.6.7)
-in flashinfer/gemm/gemm_base.py, and QUANTIZERS."""
+in flashinfer/gemm/gemm_base.py, QUANTIZERS and SAMPLERS."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
+SAMPLING = "flashinfer/sampling.py"
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,9 @@ BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
         GROUPED: "0.6.7",
         SILU: "0.6.0",
         SILU_EXPERTS: "0.6.0",
+        TOP_K: "0.6.7",
+        TOP_K_TOP_P: "0.6.7",
+        TOP_P: "0.6.7",
     },
     "0.6.8": {
         INTERLEAVE: "0.6.7",
@@ -144,6 +153,9 @@ BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
         GROUPED: "0.6.7",
         SILU: "0.6.0",
         SILU_EXPERTS: "0.6.0",
+        TOP_K: "0.6.7",
+        TOP_K_TOP_P: "0.6.7",
+        TOP_P: "0.6.7",
     },
     "0.6.10": {
         INTERLEAVE: "0.6.7",
@@ -157,6 +169,9 @@ BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
         GROUPED: "0.6.7",
         SILU: "0.6.10",
         SILU_EXPERTS: "0.6.10",
+        TOP_K: "0.6.10",
+        TOP_K_TOP_P: "0.6.10",
+        TOP_P: "0.6.10",
     },
     "0.6.11.post3": {
         INTERLEAVE: "0.6.7",
@@ -170,6 +185,9 @@ BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
         GROUPED: "0.6.7",
         SILU: "0.6.10",
         SILU_EXPERTS: "0.6.10",
+        TOP_K: "0.6.10",
+        TOP_K_TOP_P: "0.6.10",
+        TOP_P: "0.6.10",
     },
     "0.6.12": {
         INTERLEAVE: "0.6.7",
@@ -183,6 +201,9 @@ BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
         GROUPED: "0.6.7",
         SILU: "0.6.10",
         SILU_EXPERTS: "0.6.10",
+        TOP_K: "0.6.10",
+        TOP_K_TOP_P: "0.6.10",
+        TOP_P: "0.6.10",
     },
     "0.6.18.post1": {
         INTERLEAVE: "0.6.7",
@@ -196,6 +217,9 @@ BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
         GROUPED: "0.6.7",
         SILU: "0.6.10",
         SILU_EXPERTS: "0.6.10",
+        TOP_K: "0.6.13",
+        TOP_K_TOP_P: "0.6.14",
+        TOP_P: "0.6.13",
     },
     "0.7.0": {
         INTERLEAVE: "0.6.7",
@@ -209,6 +233,9 @@ BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
         GROUPED: "0.6.7",
         SILU: "0.6.10",
         SILU_EXPERTS: "0.6.10",
+        TOP_K: "0.6.13",
+        TOP_K_TOP_P: "0.6.14",
+        TOP_P: "0.6.13",
     },
     "0.7.1": {
         INTERLEAVE: "0.6.7",
@@ -222,6 +249,9 @@ BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
         GROUPED: "0.7.1",
         SILU: "0.7.1",
         SILU_EXPERTS: "0.7.1",
+        TOP_K: "0.6.13",
+        TOP_K_TOP_P: "0.6.14",
+        TOP_P: "0.6.13",
     },
     "0.7.2rc6": {
         INTERLEAVE: "0.7.2.post1",
@@ -235,6 +265,9 @@ BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
         GROUPED: "0.7.1",
         SILU: "0.7.1",
         SILU_EXPERTS: "0.7.1",
+        TOP_K: "0.6.13",
+        TOP_K_TOP_P: "0.6.14",
+        TOP_P: "0.6.13",
     },
     "0.7.4": {
         INTERLEAVE: "0.7.2.post1",
@@ -248,25 +281,29 @@ BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
         GROUPED: "0.7.1",
         SILU: "0.7.1",
         SILU_EXPERTS: "0.7.1",
+        TOP_K: "0.6.13",
+        TOP_K_TOP_P: "0.7.4",
+        TOP_P: "0.6.13",
     },
 }
 
 
-# sha256[:12] of flashinfer/activation.py, flashinfer/gemm/gemm_base.py and FP8_QUANT (None
-# where the release has none) in those releases, taken from the archives the index verified.
+# sha256[:12] of flashinfer/activation.py, flashinfer/gemm/gemm_base.py, FP8_QUANT (None
+# where the release has none) and SAMPLING in those releases, taken from the archives the index
+# verified.
 BOUNDARY_SHA256 = {
-    "0.6.0": ("1765f231560c", "90cb9e8feee2", None),
-    "0.6.0rc1": ("1765f231560c", "c3051afefaa1", None),
-    "0.6.7": ("9824de31ad99", "151300d7bbf4", "4e706a40f881"),
-    "0.6.8": ("9824de31ad99", "99fc985248ab", "4e706a40f881"),
-    "0.6.10": ("bed9a9dff1a3", "8e59704a90d8", "7966dce6ca9c"),
-    "0.6.11.post3": ("bed9a9dff1a3", "410a66f72e77", "7966dce6ca9c"),
-    "0.6.12": ("bed9a9dff1a3", "9b7508e3e838", "3aab58b80101"),
-    "0.6.18.post1": ("df3bc86b3ee8", "de6b7ec299f4", "4bc6d4607649"),
-    "0.7.0": ("df3bc86b3ee8", "6ab2f4f8496b", "dea7eb0495f8"),
-    "0.7.1": ("39004c0b1229", "d8ea9f8f256b", "21f94d342a2d"),
-    "0.7.2rc6": ("39004c0b1229", "d926b7d9fdd9", "a77faf3930b7"),
-    "0.7.4": ("e7d41e379f33", "2a4b3bc59bef", "f649208212cd"),
+    "0.6.0": ("1765f231560c", "90cb9e8feee2", None, "203739791a7a"),
+    "0.6.0rc1": ("1765f231560c", "c3051afefaa1", None, "40fa9747fe8b"),
+    "0.6.7": ("9824de31ad99", "151300d7bbf4", "4e706a40f881", "be613d99da8a"),
+    "0.6.8": ("9824de31ad99", "99fc985248ab", "4e706a40f881", "be613d99da8a"),
+    "0.6.10": ("bed9a9dff1a3", "8e59704a90d8", "7966dce6ca9c", "17ce5be79a90"),
+    "0.6.11.post3": ("bed9a9dff1a3", "410a66f72e77", "7966dce6ca9c", "17ce5be79a90"),
+    "0.6.12": ("bed9a9dff1a3", "9b7508e3e838", "3aab58b80101", "17ce5be79a90"),
+    "0.6.18.post1": ("df3bc86b3ee8", "de6b7ec299f4", "4bc6d4607649", "ee6e25210280"),
+    "0.7.0": ("df3bc86b3ee8", "6ab2f4f8496b", "dea7eb0495f8", "ee6e25210280"),
+    "0.7.1": ("39004c0b1229", "d8ea9f8f256b", "21f94d342a2d", "fca8a2ba3ef2"),
+    "0.7.2rc6": ("39004c0b1229", "d926b7d9fdd9", "a77faf3930b7", "ce794984221a"),
+    "0.7.4": ("e7d41e379f33", "2a4b3bc59bef", "f649208212cd", "b5e2e2cbbb85"),
 }
 
 
@@ -276,7 +313,8 @@ def _declaring(r: Release) -> Release:
     BOUNDARY_SHAPES says."""
     prefixes = {**r.sha256_prefixes, UTILS: UTILS_SHA256[r.version]}
     if r.version in BOUNDARY_SHA256:
-        found = zip((ACTIVATION, GEMM, FP8_QUANT), BOUNDARY_SHA256[r.version], strict=True)
+        relpaths = (ACTIVATION, GEMM, FP8_QUANT, SAMPLING)
+        found = zip(relpaths, BOUNDARY_SHA256[r.version], strict=True)
         prefixes |= {relpath: prefix for relpath, prefix in found if prefix is not None}
     shapes = {**r.shapes, **DECLARED_SHAPES, **BOUNDARY_SHAPES.get(r.version, {})}
     return replace(r, shapes=shapes, sha256_prefixes=prefixes)
