@@ -174,9 +174,11 @@ OP_BOUNDARY_CASES = [v for v, r in RELEASES.items() if OP_BOUNDARY in r.shapes]
 
 
 @pytest.mark.parametrize("version", OP_BOUNDARY_CASES)
-def test_op_boundary_adds_a_branch_and_an_op_and_nothing_else(version: str) -> None:
-    """Outside the branch (after the docstring) and the op with its fake (after the function),
-    every line is the release's; the op is in fi-patch's namespace, never flashinfer's."""
+def test_op_boundary_leaves_fp4_quantize_and_places_one_call_after_it(version: str) -> None:
+    """fp4_quantize stays the release's; right after it one call of fi-patch's op boundary makes
+    fi_patch::flashinfer_fp4_quantize (fi-patch's namespace, never flashinfer's) with the fake
+    fp4_quantize under the shape's rule, two outputs, for the cuda backend only. Taking that
+    call (with its import and marker) out gives the release, byte for byte."""
     relpath = target_of(OP_BOUNDARY, version)
     before = original(version, relpath)
     after = expected(version, relpath, [OP_BOUNDARY])
@@ -184,28 +186,34 @@ def test_op_boundary_adds_a_branch_and_an_op_and_nothing_else(version: str) -> N
     (public,) = [
         n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "fp4_quantize"
     ]
-    branch = public.body[1]
-    assert isinstance(branch, ast.If)
-    assert "torch.compiler.is_compiling()" in ast.unparse(branch.test)
-    assert "torch.ops.fi_patch.flashinfer_fp4_quantize" in ast.unparse(branch.body[0])
-    at = tree.body.index(public)
-    op, fake = tree.body[at + 1 : at + 3]
-    assert isinstance(op, ast.FunctionDef) and isinstance(fake, ast.FunctionDef)
-    assert ast.unparse(op.decorator_list[0]).startswith(
-        "torch.library.custom_op('fi_patch::flashinfer_fp4_quantize'"
-    )
-    assert ast.unparse(fake.decorator_list[0]) == f"{op.name}.register_fake"
-    # The op calls the eager function by keyword, with every argument it carries.
-    (call,) = [
-        n for n in ast.walk(op) if isinstance(n, ast.Call) and ast.unparse(n.func) == "fp4_quantize"
+    (released,) = [
+        n
+        for n in ast.parse(before).body
+        if isinstance(n, ast.FunctionDef) and n.name == "fp4_quantize"
     ]
-    assert not call.args and [k.arg for k in call.keywords] == [a.arg for a in op.args.args]
-    # Taking the branch and the definitions (with fi-patch's markers) out gives the release.
+    assert ast.dump(public) == ast.dump(released)
+    at = tree.body.index(public)
+    imported, placed = tree.body[at + 1 : at + 3]
+    assert ast.unparse(imported) == "from flashinfer import utils as _fi_patch_utils"
+    assert isinstance(placed, ast.If)
+    (statement,) = placed.body
+    assert isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)
+    call = statement.value
+    assert ast.unparse(call.func) == "_fi_patch_utils._fi_patch_boundary"
+    assert [ast.unparse(a) for a in call.args] == ["fp4_quantize", "'flashinfer_fp4_quantize'"]
+    shape = shape_of(OP_BOUNDARY, version)
+    assert shape is not None
+    assert {k.arg: ast.literal_eval(k.value) for k in call.keywords} == {
+        "fake": "fp4_quantize",
+        "rule": shape.text,
+        "out": "",
+        "returns": 2,
+        "only": {"backend": "cuda"},
+    }
     lines = after.splitlines(keepends=True)
-    assert branch.end_lineno is not None and fake.end_lineno is not None
-    own = {*range(branch.lineno - 2, branch.end_lineno), *range(op.lineno - 5, fake.end_lineno)}
-    cut = "".join(line for i, line in enumerate(lines) if i not in own)
-    assert cut == before
+    assert public.end_lineno is not None and placed.end_lineno is not None
+    cut = lines[: public.end_lineno] + lines[placed.end_lineno :]
+    assert "".join(cut) == before
 
 
 MUTATIONS = {

@@ -28,6 +28,7 @@ from tests.support.deps import fake_torch, use
 from tests.support.expected import PATCHES, expected, target_of
 from tests.support.releases import (
     CUDA,
+    DECLARED,
     FP4,
     FP4_OLD,
     OP_BOUNDARY,
@@ -35,10 +36,13 @@ from tests.support.releases import (
     fetch,
     released_text,
 )
-from tests.support.tiers import releases
+from tests.support.tiers import SLOW, releases
+from tests.support.tool import released_tool
 from tests.support.venvs import pip, python_of, site_packages, target_file
 
 LAYOUTS = Path(__file__).parent / "support" / "fp4_layouts.py"
+# The patch by name, with declared-ops-custom, which places the op boundary's code.
+NAMED = ("--patch", DECLARED, "--patch", OP_BOUNDARY)
 # A release of each shape the patch keys (the first, but for 0.2.6, which pip cannot install).
 FIRSTS = [
     "0.2.8",
@@ -171,8 +175,7 @@ def test_the_re_export_module_needs_no_change(
             "-c",
             "import flashinfer.fp4_quantization as old, flashinfer.quantization.fp4_quantization"
             " as new, flashinfer; print(old.fp4_quantize is new.fp4_quantize is"
-            " flashinfer.fp4_quantize, 'torch.compiler.is_compiling()' in"
-            " __import__('inspect').getsource(new.fp4_quantize))",
+            " flashinfer.fp4_quantize, hasattr(new.fp4_quantize, '_torchdynamo_inline'))",
         ],
         capture_output=True,
         text=True,
@@ -213,9 +216,9 @@ def test_a_torch_without_custom_op_leaves_the_patch_out(
     """torch 2.3 has no torch.library.custom_op: the patch is left out whole, never half."""
     venv = venv_with("0.5.0")
     use(venv, fake_torch(tmp_path / "old", "raise ImportError('old')\n", "2.3.1+cu130"))
-    named = fi_patch(runner, "apply", "--venv", venv, "--patch", OP_BOUNDARY, "--no-verify")
+    named = fi_patch(runner, "apply", "--venv", venv, *NAMED, "--no-verify")
     assert named.code == ExitCode.REQUIREMENT
-    assert f"{OP_BOUNDARY} needs torch >=2.4" in named.text
+    assert f"{OP_BOUNDARY} needs torch >=2.4" in named.text, named.text
     assert not (venv / ".fi-patch").exists()
 
     run = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
@@ -247,3 +250,47 @@ def test_an_upgrade_that_moves_the_function_is_followed(
     assert (site / FP4_OLD).read_bytes() == released_text(RELEASES["0.6.7"], FP4_OLD)
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert (site / FP4).read_bytes() == released_text(RELEASES["0.6.7"], FP4)
+
+
+# The last commit of fi-patch 0.10.0 on main: fp4-quantize-op-boundary written as a branch in
+# fp4_quantize and an op of its own after it, from text held in the patch's TOML file.
+RELEASE_0_10_0 = "a42f40e"
+
+
+@SLOW
+def test_a_venv_patched_by_0_10_0_keeps_its_text_until_revert_and_apply(
+    runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
+) -> None:
+    """fi-patch 0.10.0 patched 0.6.8. This version finds every patch in place (the older
+    text still traces, and check --verify proves it), apply has nothing to write, and revert
+    gives RECORD's bytes back; apply then writes fp4_quantize's boundary as this version does."""
+    version = "0.6.8"
+    tool = released_tool(RELEASE_0_10_0, tmp_path / "fi-patch-0.10.0")
+    venv = venv_with(version)
+    old = subprocess.run(
+        [tool, "apply", "--venv", venv, "--no-verify", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert old.returncode == ExitCode.OK, old.stdout + old.stderr
+    fp4 = site_packages(venv) / FP4
+    written = fp4.read_bytes()
+    assert written != expected(version, FP4).encode()
+    assert b"torch.ops.fi_patch.flashinfer_fp4_quantize(" in written
+
+    checked = fi_patch(runner, "check", "--venv", venv, *NAMED, "--verify", "--json")
+    assert checked.code == ExitCode.OK, checked.stdout
+    assert patch_result(checked.json, OP_BOUNDARY)["state"] == "patched"
+    assert patch_result(checked.json, OP_BOUNDARY)["verification"]["passed"] is True
+    again = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
+    assert again.code == ExitCode.OK, again.stdout
+    assert patch_result(again.json, OP_BOUNDARY)["action"] == "already-applied"
+    assert fp4.read_bytes() == written
+
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert fp4.read_bytes() == released_text(RELEASES[version], FP4)
+    run = fi_patch(runner, "apply", "--venv", venv, "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    assert patch_result(run.json, OP_BOUNDARY)["verification"]["after"]["passed"] is True
+    assert fp4.read_bytes() == expected(version, FP4).encode()

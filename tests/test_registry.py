@@ -140,12 +140,12 @@ ALL = (CUDA, DECLARED, DECLARED_FAKE, FORWARDING, OP_BOUNDARY, UNDER_COMPILE, *B
 def test_registry_order_and_requirements() -> None:
     patches = load_patches()
     assert [p.id for p in patches] == list(ALL)
-    assert PATCHES[OP_BOUNDARY].requires.patches == ()
+    assert PATCHES[OP_BOUNDARY].requires.patches == (DECLARED,)
     assert str(PATCHES[OP_BOUNDARY].requires.torch) == ">=2.4"
     assert PATCHES[UNDER_COMPILE].requires.patches == (FORWARDING,)
     assert str(PATCHES[UNDER_COMPILE].requires.torch) == ">=2.4"
     with pytest.raises(RegistryError, match="requires fp4-op-keyword-forwarding, which is not"):
-        check_requirements([p for p in reversed(patches) if p.id not in BOUNDARIES])
+        check_requirements([p for p in reversed(patches) if p.id not in (*BOUNDARIES, OP_BOUNDARY)])
 
 
 def test_choose_by_id_keeps_registry_order() -> None:

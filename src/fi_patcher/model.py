@@ -103,11 +103,15 @@ class Boundary:
     returns_when: str = ""
     """The flag parameter without which the function returns its first output alone
     (`return_valid`); the op always returns all `returns`. None where empty."""
+    only: tuple[tuple[str, str], ...] = ()
+    """The one value of each named parameter the op carries, where the function has it
+    (`backend`: `cuda`): a traced call with another value traces the function's own body."""
 
     kind = "op-boundary"
 
-    def _types(self) -> str:
-        return ", ".join(f'"{name}": "{kind}"' for name, kind in self.types)
+    @staticmethod
+    def _dict(pairs: tuple[tuple[str, str], ...]) -> str:
+        return "{" + ", ".join(f'"{name}": "{value}"' for name, value in pairs) + "}"
 
     def statements(self, function: str, rule: str) -> str:
         """The module-level statements placed after `function`, for the shape's rule."""
@@ -118,8 +122,9 @@ class Boundary:
             f'        {function}, "{self.op}", fake="{self.fake}", rule="{rule}", '
             f'out="{self.out}", returns={self.returns}'
             + (f',\n        check="{self.check}"' if self.check else "")
-            + (f",\n        types={{{self._types()}}}" if self.types else "")
+            + (f",\n        types={self._dict(self.types)}" if self.types else "")
             + (f',\n        returns_when="{self.returns_when}"' if self.returns_when else "")
+            + (f",\n        only={self._dict(self.only)}" if self.only else "")
             + "\n    )\n"
         )
 

@@ -121,6 +121,7 @@ def _parse_operation(data: dict[str, Any], declarations: Sequence[Declaration]) 
             data.get("check", ""),
             tuple(data.get("types", {}).items()),
             data.get("returns_when", ""),
+            tuple(data.get("only", {}).items()),
         )
     raise KeyError(f"operation kind {kind!r}")
 
@@ -216,6 +217,11 @@ def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
         problems.append("an op boundary returns one tensor or more")
     if boundary.returns_when and boundary.returns < 2:
         problems.append(f"returns_when = {boundary.returns_when!r} needs returns = 2 or more")
+    problems += [
+        f"only: {p} = {v!r} is not a parameter name and a string"
+        for p, v in boundary.only
+        if not (p.isidentifier() and isinstance(v, str) and v.isprintable() and '"' not in v)
+    ]
     if "declared-ops-custom" not in patch.requires.patches:
         problems.append("an op boundary requires declared-ops-custom, which places its code")
     return problems

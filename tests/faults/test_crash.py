@@ -21,20 +21,20 @@ from tests.faults.support import faulty, killed, records, sha256, stale_temporar
 from tests.support.cli import fi_patch, patch_result, state_of, states_of
 from tests.support.deps import fake_torch, use
 from tests.support.expected import expected
-from tests.support.releases import FP4, FP4_OLD, OP_BOUNDARY, RELEASES, TARGET, released_text
+from tests.support.releases import CUDA, FP4, OP_BOUNDARY, RELEASES, TARGET, released_text
 from tests.support.tiers import releases
-from tests.support.venvs import fp4_file, site_packages, target_file
+from tests.support.venvs import fp4_file, target_file
 
-# One patch, one file: fp4-quantize-op-boundary in 0.2.13, named with --patch (the declared-ops
-# patches write flashinfer/utils.py in every release).
-VERSION = "0.2.13"
-ONE = ("--patch", OP_BOUNDARY)
-ORIGINAL = hashlib.sha256(released_text(RELEASES[VERSION], FP4_OLD)).hexdigest()
-PATCHED = hashlib.sha256(expected(VERSION, FP4_OLD).encode()).hexdigest()
+# One patch, one file: cuda-version-torch-first in 0.7.4 (flashinfer/jit/cpp_ext.py), named with
+# --patch (the other patches write other files).
+VERSION = "0.7.4"
+ONE = ("--patch", CUDA)
+ORIGINAL = hashlib.sha256(released_text(RELEASES[VERSION], TARGET)).hexdigest()
+PATCHED = hashlib.sha256(expected(VERSION, TARGET).encode()).hexdigest()
 
 
 def one_file(venv: Path) -> Path:
-    return site_packages(venv) / FP4_OLD
+    return target_file(venv)
 
 
 # step -> (sha256 left behind, state `check` reports, its exit code)
@@ -62,7 +62,7 @@ def test_apply_killed(runner: CliRunner, venv_with: MakeVenv, step: str) -> None
     assert child.returncode == -signal.SIGKILL, child.stderr
     left, state, code = APPLY_STEPS[step]
     assert sha256(one_file(venv)) == left
-    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == (state, code)
+    assert state_of(runner, venv, CUDA, [CUDA]) == (state, code)
     if step == "after-temp-write":
         assert stale_temporaries(venv), "the kill should leave the temporary file behind"
 
@@ -70,10 +70,10 @@ def test_apply_killed(runner: CliRunner, venv_with: MakeVenv, step: str) -> None
     assert finished.code == ExitCode.OK
     assert sha256(one_file(venv)) == PATCHED
     assert stale_temporaries(venv) == []
-    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == ("patched", ExitCode.OK)
+    assert state_of(runner, venv, CUDA, [CUDA]) == ("patched", ExitCode.OK)
     (record,) = records(venv)
     assert record["pending"] is None
-    assert [p["id"] for p in record["patches"]] == [OP_BOUNDARY]
+    assert [p["id"] for p in record["patches"]] == [CUDA]
     assert fi_patch(runner, "revert", "--venv", venv, *ONE).code == ExitCode.OK
     assert sha256(one_file(venv)) == ORIGINAL
 
@@ -86,7 +86,7 @@ def test_revert_killed(runner: CliRunner, venv_with: MakeVenv, step: str) -> Non
     assert child.returncode == -signal.SIGKILL, child.stderr
     left, state, code = REVERT_STEPS[step]
     assert sha256(one_file(venv)) == left
-    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == (state, code)
+    assert state_of(runner, venv, CUDA, [CUDA]) == (state, code)
 
     finished = fi_patch(runner, "revert", "--venv", venv, *ONE)
     assert finished.code == ExitCode.OK, finished.text
@@ -94,7 +94,7 @@ def test_revert_killed(runner: CliRunner, venv_with: MakeVenv, step: str) -> Non
     assert stale_temporaries(venv) == []
     assert records(venv) == []
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []
-    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == ("pristine", ExitCode.NEEDS_APPLY)
+    assert state_of(runner, venv, CUDA, [CUDA]) == ("pristine", ExitCode.NEEDS_APPLY)
 
 
 def test_interrupted_revert_can_be_finished_by_apply(
@@ -105,8 +105,8 @@ def test_interrupted_revert_can_be_finished_by_apply(
     assert killed("after-manifest-1", "revert", "--venv", venv, *ONE).returncode == -signal.SIGKILL
     run = fi_patch(runner, "apply", "--venv", venv, *ONE, "--no-verify", "--json")
     assert run.code == ExitCode.OK
-    assert patch_result(run.json, OP_BOUNDARY)["action"] == "finished"
-    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == ("patched", ExitCode.OK)
+    assert patch_result(run.json, CUDA)["action"] == "finished"
+    assert state_of(runner, venv, CUDA, [CUDA]) == ("patched", ExitCode.OK)
 
 
 def test_interrupted_apply_whose_bytes_fail_their_proof_is_undone(
@@ -120,7 +120,7 @@ def test_interrupted_apply_whose_bytes_fail_their_proof_is_undone(
     use(venv, fake_torch(tmp_path / "broken", "raise ImportError('torch is broken')\n"))
     run = fi_patch(runner, "apply", "--venv", venv, *ONE, "--json")
     assert run.code == ExitCode.VERIFY_FAILED, run.stdout
-    assert patch_result(run.json, OP_BOUNDARY)["action"] == "rolled-back"
+    assert patch_result(run.json, CUDA)["action"] == "rolled-back"
     (result,) = run.json["results"]
     # The original replaced fi-patch's unproven bytes: the command changed the file.
     assert [f["action"] for f in result["files"]] == ["restored"]
@@ -214,7 +214,7 @@ def test_fsync_failure_after_the_replace_puts_the_old_bytes_back(
     assert sha256(one_file(venv)) == ORIGINAL
     assert records(venv) == []
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []
-    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == ("pristine", ExitCode.NEEDS_APPLY)
+    assert state_of(runner, venv, CUDA, [CUDA]) == ("pristine", ExitCode.NEEDS_APPLY)
 
 
 def test_fsync_failure_that_cannot_be_undone_keeps_the_backup(
@@ -230,10 +230,10 @@ def test_fsync_failure_that_cannot_be_undone_keeps_the_backup(
     assert "No space left on device" in said and "fi-patch revert" in said
     assert sha256(one_file(venv)) == PATCHED
     (backup,) = (venv / ".fi-patch" / "backups").iterdir()
-    assert backup.read_bytes() == released_text(RELEASES[VERSION], FP4_OLD)
+    assert backup.read_bytes() == released_text(RELEASES[VERSION], TARGET)
     (record,) = records(venv)
     assert record["pending"]["action"] == "apply"
-    assert state_of(runner, venv, OP_BOUNDARY, [OP_BOUNDARY]) == ("patched", ExitCode.NEEDS_APPLY)
+    assert state_of(runner, venv, CUDA, [CUDA]) == ("patched", ExitCode.NEEDS_APPLY)
 
     reverted = fi_patch(runner, "revert", "--venv", venv, *ONE)
     assert reverted.code == ExitCode.OK, reverted.text

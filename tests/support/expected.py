@@ -103,6 +103,9 @@ def _boundary(node: ast.FunctionDef, patch: str, operation: Boundary, rule: str)
         checked += f",\n        types={{{named}}}"
     if operation.returns_when:
         checked += f',\n        returns_when="{operation.returns_when}"'
+    if operation.only:
+        values = ", ".join(f'"{name}": "{value}"' for name, value in operation.only)
+        checked += f",\n        only={{{values}}}"
     call = (
         "from flashinfer import utils as _fi_patch_utils\n"
         "\n"

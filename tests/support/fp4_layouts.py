@@ -114,7 +114,7 @@ def run(mode: str) -> list[object]:
             module.get_compute_capability = lambda device: (10, 0)  # type: ignore[attr-defined]
     public = module.fp4_quantize  # type: ignore[attr-defined]
     parameters = inspect.signature(public).parameters
-    extra = {"enable_pdl": False, "is_global_scale_inversed": False}
+    extra = {"enable_pdl": False, "is_global_scale_inversed": False, "backend": "cuda"}
     answers = []
     for shape, order, layout, sf_vec_size in CASES:
         swizzled, layout_8x4 = LAYOUTS[layout]

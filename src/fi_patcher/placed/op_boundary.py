@@ -31,7 +31,8 @@ _fi_patch_boundaries: "Dict[str, _FiPatchBoundary]" = {}
 # schema type for them), those typed by an IntEnum, passed to the op as int (`enums`), those
 # typed as a tensor or a number, passed to the op as two (`split`: the number's parameter, named
 # NAME_number), and the flag that makes the entry point return all its outputs, not the first
-# alone (`flag`: the op always asks for them all).
+# alone (`flag`: the op always asks for them all), and the values of the parameters the op carries
+# one value of only (`only`: backend "cuda"; another value is traced as the function's body).
 class _FiPatchBoundary(object):
     def __init__(self, name: "str", fn: "Any") -> "None":
         self.name = name
@@ -45,6 +46,7 @@ class _FiPatchBoundary(object):
         self.enums: "Dict[str, Any]" = {}
         self.split: "Dict[str, str]" = {}
         self.flag = ""
+        self.only: "Dict[str, Any]" = {}
         self.ready = False
         self.reason = ""
 
@@ -74,9 +76,11 @@ def _fi_patch_boundary(
     check: "str" = "",
     types: "Optional[Dict[str, str]]" = None,
     returns_when: "str" = "",
+    only: "Optional[Dict[str, Any]]" = None,
 ) -> "Any":
     entry = _FiPatchBoundary(name, fn)
     entry.flag = returns_when
+    entry.only = dict(only or {})
     _fi_patch_boundaries[name] = entry
     try:
         checking = _fi_patch_boundary_check(fn, check)
@@ -179,6 +183,11 @@ def _fi_patch_make_boundary(
     if entry.flag and (entry.flag not in names or returns < 2):
         entry.reason = "it has no flag %s that returns %d outputs" % (entry.flag, returns)
         return
+    # A parameter the op carries one value of, where this text has it (backend from 0.6.8).
+    entry.only = {k: v for k, v in entry.only.items() if k in names}
+    if entry.only and not hasattr(fn, "__code__"):
+        entry.reason = "it has no code of its own to trace with %s" % ", ".join(entry.only)
+        return
     passed = [p.name for p in typed]
     if out not in passed:
         out = ""
@@ -280,23 +289,30 @@ def _fi_patch_is_tuple(annotation: "Any") -> "bool":
 # Dynamo traces `traced` where it meets the entry point: the arguments bound as Python binds
 # them (TypeError where Python raises one), then one op. A call that passes a parameter the op
 # leaves to its default raises TypeError while tracing, naming it: a fullgraph compile stops
-# there; any other runs that call eagerly.
+# there; any other runs that call eagerly. A call with another value of a parameter the op
+# carries one value of (`only`) is traced as the entry point's own body, as unpatched.
 def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
     name, names, defaults, positional = entry.name, entry.names, entry.defaults, entry.positional
     kept = [names.index(k) for k in entry.kept]
     enums = [names.index(e) for e in entry.enums]
     split = [names.index(s) for s in entry.split]
     flag = names.index(entry.flag) if entry.flag else -1
+    only = [(names.index(k), v) for k, v in entry.only.items()]
+    body = _fi_patch_body(entry.fn) if only else None
+    # Errors name the function the caller called (the op may be named otherwise).
+    called = getattr(entry.fn, "__name__", name)
     op = getattr(torch.ops.fi_patch, name)
     out_op = getattr(torch.ops.fi_patch, name + "_out") if at >= 0 else None
 
     def traced(*args: "Any", **kwargs: "Any") -> "Any":
-        values = _fi_patch_boundary_bind(name, names, defaults, positional, args, kwargs)
+        values = _fi_patch_boundary_bind(called, names, defaults, positional, args, kwargs)
+        if body is not None and any(values[i] != value for i, value in only):
+            return body(*args, **kwargs)
         for index in kept:
             if values[index] is not defaults[index]:
                 raise TypeError(
                     "fi-patch's op for %s() leaves %s to its default: pass it only outside "
-                    "torch.compile" % (name, names[index])
+                    "torch.compile" % (called, names[index])
                 )
         for index in enums:
             if values[index] is not None:
@@ -316,6 +332,18 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
 
     entry.fn._torchdynamo_inline = traced
     entry.ready = True
+
+
+# The entry point as another function object with the same code, globals, defaults and closure,
+# and without `_torchdynamo_inline`: Dynamo traces its body.
+def _fi_patch_body(fn: "Any") -> "Any":
+    import types
+
+    body = types.FunctionType(
+        fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    body.__kwdefaults__ = fn.__kwdefaults__
+    return body
 
 
 def _fi_patch_boundary_bind(
@@ -462,6 +490,43 @@ def _fi_patch_fake_mm_fp8(values: "Dict[str, Any]", rule: "str", check: "Any") -
 
 def _fi_patch_round_up(value: "Any", to: "int") -> "Any":
     return (value + to - 1) // to * to
+
+
+# fp4_quantize, where FlashInfer has no op of its own for it (0.2.6 to 0.6.11.post3), cuda backend:
+# x_q uint8 (*input.shape[:-1], k // 2) and the scales, uint8, flat, of the layout's size: rows
+# padded to 128 (128x4) or 8 (8x4) and k // sf_vec_size scale columns to 4 where swizzled, rows *
+# k // sf_vec_size where linear (the kernel's allocation: csrc/nv_internal/tensorrt_llm/thop/
+# fp4Quantize.cpp up to 0.3.1.post1, the module getter's fp4_quantize_sm100 in Python from
+# 0.4.0), reshaped by fp4_quantize to rows of k // sf_vec_size, a column-major input transposed
+# before and both outputs transposed back after. The rule is the release's fp4_quantize: "five"
+# (0.2.6 to 0.2.8: sf_vec_size 16 only, no 8x4 layout, no column-major path), "unpadded" (0.2.9 to
+# 0.6.7.post3) or "padded" (0.6.8 on: swizzled scales reshaped to their padded column count).
+def _fi_patch_fake_fp4_quantize(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    input, sf_vec_size = values["input"], values["sf_vec_size"]
+    swizzled = values["is_sf_swizzled_layout"]
+    if rule == "five" and sf_vec_size != 16:
+        raise NotImplementedError("sf_vec_size can only be 16")
+    if sf_vec_size != 16 and sf_vec_size != 32:
+        raise NotImplementedError("sf_vec_size can only be 16 or 32")
+    column_major = rule != "five" and input.stride(-2) == 1
+    if column_major:
+        input = input.transpose(-2, -1)
+    assert input.shape[-1] % sf_vec_size == 0
+    k = input.shape[-1]
+    m = input.numel() // k
+    columns = k // sf_vec_size
+    x_q = input.new_empty((*input.shape[:-1], k // 2), dtype=torch.uint8)
+    if swizzled:
+        rows = 8 if values.get("is_sf_8x4_layout") else 128
+        size = _fi_patch_round_up(m, rows) * _fi_patch_round_up(columns, 4)
+    else:
+        size = m * columns
+    if rule == "padded" and swizzled:
+        columns = _fi_patch_round_up(columns, 4)
+    sf = input.new_empty((size,), dtype=torch.uint8).reshape((-1, columns))
+    if column_major:
+        return x_q.transpose(-2, -1), sf.transpose(-2, -1)
+    return x_q, sf
 
 
 # mxfp8_quantize: (x_q, sf) as the kernel module's mxfp8_quantize_sm100 allocates them
@@ -641,6 +706,7 @@ _fi_patch_boundary_rules = {
     "mm_fp4": ("checked",),
     "bmm_fp8": ("checked",),
     "mm_fp8": ("trtllm-only", "backends"),
+    "fp4_quantize": ("five", "unpadded", "padded"),
     "mxfp8_quantize": ("cute-128x4", "cute-layouts", "auto"),
     "nvfp4_batched": ("allocated",),
     "nvfp4_grouped": ("allocated",),
@@ -654,6 +720,7 @@ _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "mm_fp4": _fi_patch_fake_mm_fp4,
     "bmm_fp8": _fi_patch_fake_bmm_fp8,
     "mm_fp8": _fi_patch_fake_mm_fp8,
+    "fp4_quantize": _fi_patch_fake_fp4_quantize,
     "mxfp8_quantize": _fi_patch_fake_mxfp8_quantize,
     "nvfp4_batched": _fi_patch_fake_nvfp4_batched,
     "nvfp4_grouped": _fi_patch_fake_nvfp4_grouped,
