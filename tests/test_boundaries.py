@@ -37,6 +37,7 @@ from tests.support.releases import (
     MM_FP4,
     MM_FP8,
     MXFP8,
+    OP_BOUNDARY,
     SAMPLING,
     SILU,
     SILU_EXPERTS,
@@ -211,6 +212,12 @@ def test_an_op_boundary_names_its_rule_and_requires_the_placed_code() -> None:
     sampler = (Path(__file__).parents[1] / "patches" / f"{TOP_P}.toml").read_text()
     with pytest.raises(RegistryError, match="returns_when = 'return_valid' needs returns = 2"):
         parse_patch("x.toml", sampler.replace("returns = 2", "returns = 1"))
+    # The one value a parameter takes is written into FlashInfer's file: a name and a string.
+    fp4 = (Path(__file__).parents[1] / "patches" / f"{OP_BOUNDARY}.toml").read_text()
+    with pytest.raises(RegistryError, match="only: backend = 4 is not a parameter name"):
+        parse_patch("x.toml", fp4.replace('backend = "cuda"', "backend = 4"))
+    with pytest.raises(RegistryError, match="only: backend = 'cu\"da' is not"):
+        parse_patch("x.toml", fp4.replace('backend = "cuda"', 'backend = "cu\\"da"'))
 
 
 # In the target after apply: the op each entry point traces to, the function left as FlashInfer

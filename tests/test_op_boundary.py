@@ -294,3 +294,48 @@ def test_a_venv_patched_by_0_10_0_keeps_its_text_until_revert_and_apply(
     assert run.code == ExitCode.OK, run.stdout
     assert patch_result(run.json, OP_BOUNDARY)["verification"]["after"]["passed"] is True
     assert fp4.read_bytes() == expected(version, FP4).encode()
+
+
+BACKENDS = """
+import json, torch, flashinfer
+graphs = []
+def backend(gm, inputs):
+    graphs.append([str(n.target) for n in gm.graph.nodes if n.op == "call_function"])
+    raise RuntimeError("recorded")
+seen = {}
+x, scale = torch.randn(128, 256, dtype=torch.bfloat16), torch.ones(1)
+POSITIONAL = (16, False, True, False, False, None)  # 0.6.11's parameters before backend
+for name, call in (
+    ("positional", lambda: flashinfer.fp4_quantize(x, scale, *POSITIONAL, "cuda")),
+    ("cute-dsl", lambda: flashinfer.fp4_quantize(x, scale, backend="cute-dsl")),
+):
+    graphs.clear()
+    torch._dynamo.reset()
+    try:
+        torch.compile(call, backend=backend, fullgraph=True)()
+    except Exception as exc:
+        # Dynamo's message ends with the user code it stopped in.
+        seen[name] = [type(exc).__name__, graphs[:], "in _fp4_quantize_cute_dsl" in str(exc)]
+print(json.dumps(seen))
+"""
+
+
+def test_only_the_cuda_backend_takes_the_op(runner: CliRunner, venv_with: MakeVenv) -> None:
+    """0.6.11.post3: backend="cuda", passed positionally, traces as one fi-patch op; a traced
+    call with backend="cute-dsl" traces fp4_quantize's own body, as unpatched (and stops in its
+    CuTe-DSL branch, whose kernels a CPU host does not have)."""
+    venv = venv_with("0.6.11.post3")
+    run = fi_patch(runner, "apply", "--venv", venv, *NAMED, "--no-verify")
+    assert run.code == ExitCode.OK, run.text
+    traced = subprocess.run(
+        [python_of(venv), "-I", "-c", BACKENDS], capture_output=True, text=True, check=False
+    )
+    assert traced.returncode == 0, traced.stderr[-3000:]
+    seen = json.loads(traced.stdout.splitlines()[-1])
+    name, graphs, in_body = seen["positional"]
+    assert name == "BackendCompilerFailed" and not in_body
+    assert [[c for c in g if "fi_patch" in c] for g in graphs] == [
+        ["fi_patch.flashinfer_fp4_quantize"]
+    ]
+    name, graphs, in_body = seen["cute-dsl"]
+    assert name != "BackendCompilerFailed" and graphs == [] and in_body
