@@ -11,10 +11,12 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import IO, Any
 
@@ -161,8 +163,26 @@ def _normal_start(
 
 def script_text(name: str) -> str:
     """The text of a script in `fi_patcher/in_target/` (`proofs/x.py` for a proof)."""
-    folder = resources.files("fi_patcher.in_target")
-    return folder.joinpath(*name.split("/")).read_text(encoding="utf-8")
+    return _script(name).read_text(encoding="utf-8")
+
+
+@contextlib.contextmanager
+def script_file(name: str) -> Iterator[Path]:
+    """A file holding a script of `fi_patcher/in_target/`, to run by its path: the installed
+    file itself or, where fi-patch is imported from a zip, a copy in a private folder removed
+    afterwards. The target runs as fi-patch's own user, which made the folder."""
+    script = _script(name)
+    if isinstance(script, Path) and script.is_file():
+        yield script
+        return
+    with tempfile.TemporaryDirectory(prefix="fi-patch-") as folder:
+        copy = Path(folder) / script.name
+        copy.write_bytes(script.read_bytes())
+        yield copy
+
+
+def _script(name: str) -> Traversable:
+    return resources.files("fi_patcher.in_target").joinpath(*name.split("/"))
 
 
 def run_script(
@@ -177,12 +197,15 @@ def run_script(
     isolated: bool = True,
 ) -> dict[str, Any]:
     """Run one of the scripts in `fi_patcher/in_target/` in `python` (`-I`: no user site, no
-    PYTHON* variables, unless not `isolated`; `-B`: no bytecode written) and return its framed
-    JSON answer; a script that exits non-zero or prints no answer is an error."""
+    PYTHON* variables, not the script's folder on sys.path, unless not `isolated`; `-B`: no
+    bytecode written) and return its framed JSON answer; a script that exits non-zero or prints
+    no answer is an error."""
     flags = ["-I", "-B"] if isolated else ["-B"]
-    completed = run_target(
+    completed = _run_file(
         python,
-        [*flags, "-c", script_text(name), *arguments],
+        name,
+        flags,
+        arguments,
         timeout=timeout,
         what=what,
         stdin=stdin,
@@ -201,10 +224,11 @@ def run_script(
 
 def compile_check(python: Path, source: bytes, filename: str, timeout: float) -> None:
     """Compile `source` with the target's own interpreter, which is the one that will run it."""
-    code = "import sys; compile(sys.stdin.buffer.read(), sys.argv[1], 'exec', dont_inherit=True)"
-    completed = run_target(
+    completed = _run_file(
         python,
-        ["-I", "-S", "-c", code, filename],
+        "compiles.py",
+        ["-I", "-S"],
+        [filename],
         timeout=timeout,
         what="compile check",
         stdin=source,
@@ -213,6 +237,30 @@ def compile_check(python: Path, source: bytes, filename: str, timeout: float) ->
         raise EnvironmentProblem(
             f"the patched text of {filename} does not compile in {python}",
             details=_tail(completed.stderr),
+        )
+
+
+def _run_file(
+    python: Path,
+    name: str,
+    flags: list[str],
+    arguments: list[str],
+    *,
+    timeout: float,
+    what: str,
+    stdin: bytes | None = None,
+    timeout_flag: str = "--timeout",
+) -> subprocess.CompletedProcess[str]:
+    """Run a script of `fi_patcher/in_target/` by its file's path, never as `-c` text: a
+    process list or a crash report shows a short command, not the script."""
+    with script_file(name) as path:
+        return run_target(
+            python,
+            [*flags, os.fspath(path), *arguments],
+            timeout=timeout,
+            what=what,
+            stdin=stdin,
+            timeout_flag=timeout_flag,
         )
 
 

@@ -1,6 +1,6 @@
 # Where a normal start imports packages from: run inside the target interpreter as
-# `python -B -c <this text> NAME...`, deliberately WITHOUT -I, in fi-patch's own environment,
-# so that PYTHONPATH and the user's site-packages count as they do when a server starts there.
+# `python -B imports.py NAME...`, deliberately WITHOUT -I, in fi-patch's own environment, so
+# that PYTHONPATH and the user's site-packages count as they do when a server starts there.
 #
 # Standard library only; nothing is imported but the module finder: find_spec of a top-level
 # package does not run it. The answer is framed JSON on stdout.
@@ -12,6 +12,13 @@ import sys
 
 BEGIN = "<<<fi-patch-probe>>>"
 END = "<<<fi-patch-probe-end>>>"
+
+# Without -I, Python puts this script's folder first on sys.path (fi-patch's in_target/, or the
+# private folder of a copy): what it holds must not answer for the target. The current folder
+# takes its place, as for `python -c` and `python -m` (none with PYTHONSAFEPATH set).
+if sys.path and sys.path[0]:
+    if os.path.realpath(sys.path[0]) == os.path.dirname(os.path.realpath(__file__)):
+        sys.path[0] = ""
 
 
 def where(name: str) -> "dict[str, object] | None":

@@ -1,4 +1,4 @@
-# The pre-flight: run inside the target interpreter as `python -I -B -c <this text> [nvcc]`.
+# The pre-flight: run inside the target interpreter as `python -I -B preflight.py [nvcc]`.
 #
 # Standard library only. It reads torch's version and torch.version.cuda from torch/version.py
 # without importing torch (importing torch takes seconds and can fail for reasons the proofs

@@ -1,4 +1,4 @@
-# The probe: run inside the target interpreter as `python -I -B -c <this text>`.
+# The probe: run inside the target interpreter as `python -I -B probe.py`.
 #
 # Standard library only, and no syntax newer than Python 3.8, because it runs in whatever
 # interpreter the target has. Not `-S`: from Python 3.11 on, `site` is what makes sys.prefix a

@@ -1,5 +1,5 @@
-# The proof runner: run inside the target interpreter as `python -I -B -c <this text>`, with the
-# proofs to run as JSON on stdin:
+# The proof runner: run inside the target interpreter as `python -I -B prove.py`, with the proofs
+# to run as JSON on stdin:
 #
 #   {"proofs": [{"patch": ID, "mode": "before" | "after", "file": PATH, "marker": TEXT,
 #                "source": TEXT}, ...]}
