@@ -12,19 +12,21 @@ import stat
 import subprocess
 import sys
 import zipfile
+from importlib import resources
+from itertools import takewhile
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from fi_patcher.environment import run_script, script_text
-from fi_patcher.errors import ExitCode
+import fi_patcher
+from fi_patcher.environment import compile_check, run_script, script_text
+from fi_patcher.errors import EnvironmentProblem, ExitCode
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch
-from tests.support.tool import ROOT
 from tests.support.venvs import python_of
 
-PACKAGE = ROOT / "src" / "fi_patcher"
+PACKAGE = Path(fi_patcher.__file__).parent
 SCRIPTS = {"probe.py", "imports.py", "preflight.py", "compiles.py", "prove.py"}
 NOT_ISOLATED = {"imports.py"}
 """A normal start, on purpose: PYTHONPATH and the user's site-packages count there."""
@@ -57,7 +59,7 @@ def test_a_real_apply_starts_each_script_by_its_file_with_a_short_command(
     for command in commands(log):
         assert "-c" not in command, command
         assert len(" ".join(command)) < 400, command  # the proof runner as text was ~5 KB
-        flags = [a for a in command if a.startswith("-")]
+        flags = list(takewhile(lambda argument: argument.startswith("-"), command))
         script = Path(command[len(flags)])
         assert script.parent == PACKAGE / "in_target", command
         assert script.name in SCRIPTS, command
@@ -91,7 +93,7 @@ def test_the_normal_start_finds_nothing_of_what_lies_beside_its_script(
 
 # Imported from a zip, fi-patch has no file of its scripts to hand to the target.
 FROM_ZIP = """
-import json, os, stat, sys
+import json, stat, sys
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
 import fi_patcher.environment as environment
@@ -118,8 +120,9 @@ def test_from_a_zip_a_script_runs_from_a_private_copy_removed_afterwards(
     with zipfile.ZipFile(archive, "w") as zipped:
         for path in PACKAGE.rglob("*.py"):
             zipped.write(path, path.relative_to(PACKAGE.parent).as_posix())
-        for path in (ROOT / "patches").glob("*.toml"):
-            zipped.write(path, f"fi_patcher/patches/{path.name}")
+        for entry in resources.files("fi_patcher.patches").iterdir():
+            if entry.name.endswith((".toml", ".py")):
+                zipped.writestr(f"fi_patcher/patches/{entry.name}", entry.read_bytes())
     done = subprocess.run(
         [sys.executable, "-I", "-c", FROM_ZIP, str(archive)],
         capture_output=True,
@@ -136,3 +139,16 @@ def test_from_a_zip_a_script_runs_from_a_private_copy_removed_afterwards(
     assert facts["mode"] == stat.S_IRWXU
     assert facts["left"] is False
     assert facts["prefix"] == sys.prefix
+
+
+def test_the_compile_check_refuses_a_text_that_does_not_compile_naming_its_file() -> None:
+    compile_check(Path(sys.executable), b"x = 1\n", "/site/flashinfer/ok.py", 60)
+    with pytest.raises(EnvironmentProblem) as refused:
+        compile_check(Path(sys.executable), b"x = (\n", "/site/flashinfer/jit/cpp_ext.py", 60)
+    assert refused.value.message == (
+        f"the patched text of /site/flashinfer/jit/cpp_ext.py does not compile in {sys.executable}"
+    )
+    assert any(
+        'File "/site/flashinfer/jit/cpp_ext.py", line 1' in line for line in refused.value.details
+    )
+    assert "SyntaxError" in refused.value.details[-1]
