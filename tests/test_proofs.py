@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -221,6 +222,10 @@ def test_failed_proofs_roll_back_every_file(
     run = fi_patch(runner, "apply", "--venv", venv)
     assert run.code == ExitCode.VERIFY_FAILED
     assert "rolled back" in run.text
+    # Not a terminal: the long steps are told on stderr, putting the files back among them.
+    assert re.search(
+        r"fi-patch: \[ *\d+\.\ds\] putting back \d+ files whose proofs failed", run.stderr
+    )
     assert "libcudart.so.13: cannot open shared object file" in run.text
     for relpath, original in originals.items():
         now = (site_packages(venv) / relpath).read_bytes()
@@ -299,6 +304,7 @@ def test_verification_timeout_rolls_back(
     use(venv, fake_torch(tmp_path / "slow", "import time\ntime.sleep(60)\n"))
     run = fi_patch(runner, "apply", "--venv", venv, "--verify-timeout", "2")
     assert run.code == ExitCode.VERIFY_FAILED
+    assert re.search(r"fi-patch: \[ *\d+\.\ds\] putting back what this apply wrote: ", run.stderr)
     assert "did not finish" in run.text and "within 2 s" in run.text
     assert "raise --verify-timeout" in run.text
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.4"])

@@ -12,7 +12,7 @@ from dataclasses import replace
 from fi_patcher.assess import install_problem
 from fi_patcher.decision import decide
 from fi_patcher.model import PatchSet, State
-from fi_patcher.options import Options, Target
+from fi_patcher.options import Options, Target, counted
 from fi_patcher.proofs import ProofRequest, prove
 from fi_patcher.results import ApplyVerdict, Checked, Outcome
 from fi_patcher.target import copies, foreign, inspect, not_installed, open_target
@@ -61,7 +61,8 @@ def verify(target: Target, checked: Checked, options: Options) -> Checked:
         and s.state not in (State.NOT_APPLICABLE, State.LEFT_OUT)
     ]
     if requests:
-        options.progress(f"proving in {target.interpreter.python} (importing torch and FlashInfer)")
+        count, python = counted(len(requests), "patch"), target.interpreter.python
+        options.progress(f"proving {count} in {python} (importing torch and FlashInfer)", long=True)
     return replace(
         checked, reports=prove(target.interpreter.python, requests, options.verify_timeout)
     )

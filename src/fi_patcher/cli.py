@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from fi_patcher.model import Command
-    from fi_patcher.options import Options, Target
+    from fi_patcher.options import Options, Progress, Target
     from fi_patcher.results import Result
 
 app = typer.Typer(
@@ -156,6 +157,7 @@ def _root(
 ) -> None:
     """fi-patch: apply, check and revert FlashInfer patches for FP4 under torch.compile."""
     _verbosity.quiet, _verbosity.verbose, _json[0] = False, False, as_json
+    _verbosity.started = time.monotonic()
     _flags(quiet, verbose, False)
 
 
@@ -348,7 +350,6 @@ def _bug(exc: BaseException) -> Internal:
 
 # --- targets ------------------------------------------------------------------------------------
 
-Progress = Callable[[str], None]
 Spec = tuple[Path | None, Path | None]
 """One target as given: (--venv, None), (None, --python), or (None, None) for the default."""
 
@@ -383,6 +384,7 @@ def _run_targets(
     def one(spec: Spec, progress: Progress) -> Result:
         from fi_patcher.target import open_target
 
+        progress("probing the target's interpreter")
         return work(open_target(*spec, os.environ, timeout), progress)
 
     def body(out: Console) -> int:
@@ -395,12 +397,15 @@ def _run_targets(
                 from concurrent.futures import ThreadPoolExecutor
 
                 with ThreadPoolExecutor(_workers(len(specs))) as pool:
-                    futures = [pool.submit(_guarded, one, spec, progress) for spec in specs]
+                    futures = [
+                        pool.submit(_guarded, one, spec, _naming(progress, spec)) for spec in specs
+                    ]
                     results = [_awaited(future) for future in futures]
         code = max(int(r.exit_code) for r in results)
         if as_json:
             documented = [documents.result(r) for r in results]
             out.print_json(data=documents.envelope(command, documented, code))
+            render.total(as_json, _verbosity, code)
             return code
         for spec, result in zip(specs, results, strict=True):
             if len(specs) > 1:
@@ -412,9 +417,19 @@ def _run_targets(
                 for s, r in zip(specs, results, strict=True)
             ]
             render.summary(out, rows)
+        render.total(as_json, _verbosity, code)
         return code
 
     _run(as_json, body)
+
+
+def _naming(progress: Progress, spec: Spec) -> Progress:
+    """Among several targets worked on together, each step names its target."""
+
+    def named(message: str, *, long: bool = False) -> None:
+        progress(f"{_spec_text(spec)}: {message}", long=long)
+
+    return named
 
 
 def _guarded(one: Callable[[Spec, Progress], Result], spec: Spec, progress: Progress) -> Result:

@@ -85,8 +85,12 @@ def decide(
     judgement = Judgement()
     if plan.adding:
         if facts is None or (needs_nvcc(plan.adding) and not facts.nvcc_checked):
-            options.progress(f"pre-flight in {interpreter.python}")
-            facts = preflight(interpreter.python, options.timeout, nvcc=needs_nvcc(plan.adding))
+            nvcc = needs_nvcc(plan.adding)
+            reads = (
+                "torch's version and the nvcc FlashInfer would run" if nvcc else "torch's version"
+            )
+            options.progress(f"pre-flight in {interpreter.python} ({reads})", long=True)
+            facts = preflight(interpreter.python, options.timeout, nvcc=nvcc)
         judgement = judge_preflight(
             facts, plan.adding, explicit=chosen.explicit, allow_mismatch=options.allow_mismatch
         )

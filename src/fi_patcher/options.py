@@ -6,8 +6,8 @@ them, so that none of those imports another for them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from fi_patcher.environment import PROBE_TIMEOUT
 from fi_patcher.errors import UsageError
@@ -21,8 +21,23 @@ class Target:
     chosen_by: str
 
 
-def quiet(message: str) -> None:
+class Progress(Protocol):
+    """Told each step of a command as it starts. A `long` step is one a person or a log waits
+    on (the pre-flight, a proof, a write, the lock): told even where no one watches a terminal,
+    so that a CI log shows where the time goes."""
+
+    def __call__(self, message: str, *, long: bool = False) -> None: ...
+
+
+def quiet(message: str, *, long: bool = False) -> None:
     """The default progress callback: say nothing."""
+
+
+def counted(count: int, noun: str) -> str:
+    """`1 file`, `2 files`, `3 patches`: for the steps' messages."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {noun}{'es' if noun.endswith(('ch', 's')) else 's'}"
 
 
 @dataclass(frozen=True)
@@ -37,7 +52,7 @@ class Options:
     """For the probe, the pre-flight and the compile check."""
     verify_timeout: float = VERIFY_TIMEOUT
     """For the one process that runs every proof (it imports torch and FlashInfer)."""
-    progress: Callable[[str], None] = quiet
+    progress: Progress = quiet
 
     @property
     def lock_wait(self) -> float:

@@ -16,7 +16,7 @@ from fi_patcher.environment import compile_check
 from fi_patcher.errors import FiPatchError, VerificationFailed, WriteFailed, stopped_by
 from fi_patcher.interrupts import checkpoint, shielded, stop_of
 from fi_patcher.model import Command, Interpreter, Patch
-from fi_patcher.options import Options
+from fi_patcher.options import Options, counted
 from fi_patcher.proofs import ProofReport, ProofRequest, prove
 from fi_patcher.store import Change, Journal, Transaction
 
@@ -73,12 +73,16 @@ class Protocol:
         remove (files that are already FlashInfer's original). `failed` opens the message of a
         failed proof (`after taking out …, `)."""
         # A signal before the first change propagates: nothing was changed (`interrupts`).
-        for write in writes:
-            if write.writes:
-                change = write.change
-                compile_check(
-                    self.interpreter.python, change.after, str(change.path), self.options.timeout
-                )
+        python, progress = self.interpreter.python, self.options.progress
+        written = [w.change for w in writes if w.writes]
+        if written:
+            progress(
+                f"compile-checking the new text of {counted(len(written), 'file')} in {python}"
+            )
+        for change in written:
+            compile_check(python, change.after, str(change.path), self.options.timeout)
+        if clear:
+            progress(f"clearing the records of {counted(len(clear), 'file')} already original")
         for relpath in clear:
             self.journal.put(relpath, None)
         if clear:
@@ -89,6 +93,9 @@ class Protocol:
         except BaseException as interrupt:
             return self._interrupted(transactions, interrupt, "proving the unpatched code", {})
         try:
+            if written:
+                named = ", ".join(c.relpath for c in written)
+                progress(f"writing {counted(len(written), 'file')}: {named}", long=True)
             for write in writes:
                 if write.writes:
                     checkpoint()
@@ -109,7 +116,7 @@ class Protocol:
         """The proofs before writing are a report, not a gate: what proves the patch is after."""
         if not (self.options.verify and requests):
             return {}
-        self.options.progress("proving the unpatched code in the target (importing torch)")
+        self._proving("the unpatched code", requests, "")
         try:
             return prove(self.interpreter.python, requests, self.options.verify_timeout)
         except FiPatchError as error:
@@ -119,6 +126,14 @@ class Protocol:
                 )
                 for r in requests
             }
+
+    def _proving(self, what: str, requests: Sequence[ProofRequest], process: str) -> None:
+        count = counted(len(requests), "patch")
+        self.options.progress(
+            f"proving {what} of {count} in {process}{self.interpreter.python} (importing torch "
+            "and FlashInfer)",
+            long=True,
+        )
 
     def _after(
         self,
@@ -131,7 +146,7 @@ class Protocol:
         requests = [ProofRequest(p, "after", w.change.path) for w in writes for p in w.proven]
         if not (self.options.verify and requests):
             return {}
-        self.options.progress("proving the patched code in a fresh process of the target")
+        self._proving("the patched code", requests, "a fresh process of ")
         try:
             checkpoint()
             reports = prove(self.interpreter.python, requests, self.options.verify_timeout)
@@ -162,9 +177,10 @@ class Protocol:
         """Commit each file whose proofs passed, put back each other one."""
         settled: dict[str, Settlement] = {}
         problems: list[str] = []
+        self._settling(writes, transactions, after)
         for write in writes:
             relpath = write.change.relpath
-            green = all(after[p.id].passed for p in write.proven if p.id in after)
+            green = _green(write, after)
             transaction = transactions.get(relpath)
             try:
                 settled[relpath] = self._one(write, transaction, green)
@@ -176,6 +192,29 @@ class Protocol:
         if problems:
             failure = _with_problems(failure, problems, self.journal)
         return Done(settled, before, after, failure)
+
+    def _settling(
+        self,
+        writes: Sequence[Write],
+        transactions: Mapping[str, Transaction],
+        after: Mapping[str, ProofReport],
+    ) -> None:
+        """Say what settling does: put back the files whose proofs failed, record the others."""
+        red = [w for w in writes if not _green(w, after)]
+        back = [
+            w.change.relpath
+            for w in red
+            if w.change.relpath in transactions or w.restore is not None
+        ]
+        if back:
+            self.options.progress(
+                f"putting back {counted(len(back), 'file')} whose proofs failed: {', '.join(back)}",
+                long=True,
+            )
+        if len(red) < len(writes):
+            kept = counted(len(writes) - len(red), "file")
+            manifest = self.journal.store.manifest_path
+            self.options.progress(f"committing {kept} to fi-patch's records in {manifest}")
 
     def _one(self, write: Write, transaction: Transaction | None, green: bool) -> Settlement:
         change = write.change
@@ -314,6 +353,11 @@ class Protocol:
         """Undo every transaction, last first, whatever fails: each file's settlement, and a
         line saying what it holds now."""
         undone: dict[str, tuple[Settlement, str]] = {}
+        if transactions:
+            count = counted(len(transactions), "file")
+            self.options.progress(
+                f"putting back what this {self.command} wrote: {count}", long=True
+            )
         for relpath, transaction in reversed(list(transactions.items())):
             path = transaction.change.path
             try:
@@ -322,6 +366,11 @@ class Protocol:
             except FiPatchError as error:
                 undone[relpath] = self._not_undone(transaction.change, transaction, error)
         return undone
+
+
+def _green(write: Write, after: Mapping[str, ProofReport]) -> bool:
+    """Whether every proof of `write` passed (or none ran: --no-verify)."""
+    return all(after[p.id].passed for p in write.proven if p.id in after)
 
 
 def _told(

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
 
 from rich.console import Console
 from rich.measure import Measurement
@@ -17,7 +18,7 @@ from rich.text import Text
 
 from fi_patcher.errors import FiPatchError
 from fi_patcher.model import Assessment, Patch, PatchState
-from fi_patcher.options import Target
+from fi_patcher.options import Progress, Target, quiet
 from fi_patcher.proofs import ProofReport
 from fi_patcher.registry import requirement_text, span
 from fi_patcher.results import Checked, Failed, Outcome, PatchOutcome, Result
@@ -27,6 +28,9 @@ from fi_patcher.results import Checked, Failed, Outcome, PatchOutcome, Result
 class Verbosity:
     quiet: bool = False
     verbose: bool = False
+    started: float = field(default_factory=time.monotonic)
+    """When the command started (`time.monotonic`): each step's time and the total count from
+    it."""
 
 
 def console(*, stderr: bool = False) -> Console:
@@ -319,26 +323,68 @@ def summary(out: Console, rows: Sequence[tuple[str, str, int]]) -> None:
     out.print(table)
 
 
-@contextlib.contextmanager
-def progress(as_json: bool, verbosity: Verbosity) -> Iterator[Callable[[str], None]]:
-    """Where a person is watching, a spinner with the elapsed seconds while the target works
-    (importing torch takes seconds); with -v, each step as a line on stderr instead."""
-    err = console(stderr=True)
-    started = time.monotonic()
+_Told = Literal["every", "long", "spinner", "nothing"]
+
+
+def _told(as_json: bool, verbosity: Verbosity, err: Console) -> _Told:
+    """Which steps stderr is told: every step with -v; in a terminal, a spinner; elsewhere (a CI
+    log, `| tee`, Ansible), the long steps; with -q, or --json without -v, nothing."""
     if verbosity.verbose:
-        yield lambda message: err.print(f"[{time.monotonic() - started:5.1f}s] {message}")
+        return "every"
+    if as_json or verbosity.quiet:
+        return "nothing"
+    return "spinner" if err.is_terminal else "long"
+
+
+def _stamped(verbosity: Verbosity, message: str, told: _Told) -> Text:
+    """A step's line: its time since the command started; in a log, which tool says it."""
+    line = f"[{time.monotonic() - verbosity.started:5.1f}s] {message}"
+    return Text(line if told == "every" else f"fi-patch: {line}")
+
+
+@contextlib.contextmanager
+def progress(as_json: bool, verbosity: Verbosity) -> Iterator[Progress]:
+    """Each step as it starts, always on stderr (stdout holds the results, or --json's one
+    document). With -v, every step as a line with its time. Where a person watches a terminal,
+    a spinner with the step and the elapsed seconds (importing torch takes seconds). Elsewhere
+    (a CI log, `| tee`, Ansible), one plain line as each long step starts, and no spinner
+    codes. With -q, or --json without -v, nothing."""
+    err = console(stderr=True)
+    told = _told(as_json, verbosity, err)
+    if told == "nothing":
+        yield quiet
         return
-    if as_json or verbosity.quiet or not err.is_terminal:
-        yield lambda message: None
+    if told != "spinner":
+
+        def line(message: str, *, long: bool = False) -> None:
+            if long or told == "every":
+                err.print(_stamped(verbosity, message, told))
+
+        yield line
         return
     # Imported here: only a person watching a terminal sees it, and it costs every start.
     from rich.progress import Progress as RichProgress
     from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    columns = (SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn())
     with RichProgress(*columns, console=err, transient=True) as bar:
         task = bar.add_task("starting")
-        yield lambda message: bar.update(task, description=message)
+
+        def spin(message: str, *, long: bool = False) -> None:
+            bar.update(task, description=message)
+
+        yield spin
+
+
+def total(as_json: bool, verbosity: Verbosity, code: int) -> None:
+    """The command's last line on stderr, after its results, where its steps were told as
+    lines (-v, or a log): how long it took, and its exit code (a log piped through `tee`
+    loses it)."""
+    err = console(stderr=True)
+    told = _told(as_json, verbosity, err)
+    if told in ("every", "long"):
+        seconds = time.monotonic() - verbosity.started
+        err.print(_stamped(verbosity, f"done in {seconds:.1f} s (exit {code})", told))
 
 
 def _unbroken(out: Console, table: Table) -> None:

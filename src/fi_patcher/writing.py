@@ -214,6 +214,6 @@ def _with_running(outcome: Outcome, interpreter: Interpreter, moment: float) -> 
 def _waiting(options: Options) -> Callable[[Holder | None], None]:
     def say(holder: Holder | None) -> None:
         who = holder.describe() if holder is not None else "another fi-patch"
-        options.progress(f"waiting for {who}, which holds this environment's lock")
+        options.progress(f"waiting for {who}, which holds this environment's lock", long=True)
 
     return say
