@@ -21,6 +21,8 @@ from tests.support.venvs import (
 
 MakeVenv = Callable[[str], Path]
 
+pytest_plugins = ("tests.support.cleanup",)
+
 
 @pytest.fixture(scope="session")
 def _templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
