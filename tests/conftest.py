@@ -1,18 +1,18 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.support.deps import CUDA_TORCH, shared, use
-from tests.support.releases import RELEASES, released_text
+from tests.support.releases import RELEASES, Release, released_text
+from tests.support.templates import cached_venv, linkable, rebuild
 from tests.support.venvs import (
     clone,
     create_venv,
-    install,
     install_into,
     site_packages,
     target_file,
@@ -20,6 +20,8 @@ from tests.support.venvs import (
 )
 
 MakeVenv = Callable[[str], Path]
+
+pytest_plugins = ("tests.support.cleanup",)
 
 
 @pytest.fixture(scope="session")
@@ -29,28 +31,38 @@ def _templates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def template(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Path]) -> MakeVenv:
-    """The session's venv holding one release, built on first use. Never modify it."""
+    """The venv holding one release, from the test cache (tests/support/templates.py). Never
+    modify it."""
 
     _fingerprints: dict[str, dict[str, str]] = {}
 
     def get(version: str) -> Path:
+        release = RELEASES[version]
         if version not in _templates:
-            release = RELEASES[version]
-            path = create_venv(tmp_path_factory.mktemp(f"template-{version}") / "venv")
-            install(path, release)
-            use(path, shared(CUDA_TORCH))
+            path = cached_venv(release)
+            if not _pristine(path, release):  # changed by an earlier run, which failed for it
+                path = rebuild(release)
+            if not linkable(path, tmp_path_factory.getbasetemp()):
+                copy = tmp_path_factory.mktemp(f"template-{version}") / "venv"
+                path = Path(shutil.copytree(path, copy, symlinks=True))
             _templates[version] = path
             _fingerprints[version] = _fingerprint(path)
         path = _templates[version]
         # A test that wrote through a hardlink would have changed every clone: catch it here.
-        site = site_packages(path)
-        for file in written_files(path):
-            original = released_text(RELEASES[version], file.relative_to(site).as_posix())
-            assert hashlib.sha256(file.read_bytes()).digest() == hashlib.sha256(original).digest()
+        assert _pristine(path, release), path
         assert _fingerprint(path) == _fingerprints[version]
         return path
 
     return get
+
+
+def _pristine(venv: Path, release: Release) -> bool:
+    """Every file a patch may write holds the release's bytes."""
+    site = site_packages(venv)
+    return all(
+        file.read_bytes() == released_text(release, file.relative_to(site).as_posix())
+        for file in written_files(venv)
+    )
 
 
 def _fingerprint(venv: Path) -> dict[str, str]:

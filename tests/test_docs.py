@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 from fi_patcher.errors import ExitCode
@@ -97,3 +98,72 @@ def test_versions_written_out_are_the_package_s() -> None:
             assert found == __version__, page
             seen += 1
     assert seen >= 5
+
+
+ROOT = README.parent
+PAGES = [README, *sorted(DOCS.glob("*.md")), *sorted((ROOT / "examples").rglob("*.md"))]
+# A path of ours written in prose: it starts at a top-level folder of the repository, or at a
+# package folder of fi_patcher's (docs/patches.md names the proofs as `in_target/proofs/x.py`).
+TOP = r"\.ci|src|tests|docs|scripts|patches|benchmarks|examples"
+PATH = re.compile(rf"(?<![\w./-])((?:{TOP}|in_target|placed)/[\w./*-]*[\w*/])")
+OUTSIDE = (
+    ".." + "/shared",
+    "shared/" + "research",
+    "/" + "work/",
+    "/tmp/" + "wt/",
+    "/root/" + ".pyenv",
+)
+"""What points outside the repository: the workspace it was written in, its notes, this machine's
+own folders. A user of the repository has none of them."""
+
+
+def _exists(reference: str, base: Path) -> bool:
+    if "*" in reference:
+        return any(base.glob(reference))
+    return (base / reference).exists()
+
+
+def test_markdown_links_resolve_in_the_repository() -> None:
+    """Every relative link in README.md, docs/ and examples/ names a file of the repository."""
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            path = (page.parent / target.split("#", 1)[0]).resolve()
+            if not path.is_relative_to(ROOT) or not path.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken
+    assert len(PAGES) >= 10
+
+
+def test_paths_named_in_the_docs_exist() -> None:
+    """A path written in the docs' prose (`tests/support/tiers.py`, `patches/*.toml`) is one the
+    repository has: a renamed or removed file fails here, not in a reader's hands."""
+    package = ROOT / "src" / "fi_patcher"
+    missing, seen = [], 0
+    for page in PAGES:
+        for reference in PATH.findall(page.read_text()):
+            if "NAME" in reference:  # a template: patches/op-NAME.toml
+                continue
+            base = package if reference.startswith(("in_target/", "placed/")) else ROOT
+            seen += 1
+            if not _exists(reference, base):
+                missing.append(f"{page.relative_to(ROOT)}: {reference}")
+    assert not missing
+    assert seen >= 50
+
+
+def test_nothing_points_outside_the_repository() -> None:
+    """No tracked file names the workspace the project was written in or this machine's folders."""
+    listed = subprocess.run(
+        ["git", "-C", ROOT, "ls-files", "-z"], capture_output=True, check=True, text=True
+    ).stdout
+    found = []
+    for name in filter(None, listed.split("\0")):
+        try:
+            text = (ROOT / name).read_text()
+        except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
+            continue
+        found += [f"{name}: {mark}" for mark in OUTSIDE if mark in text]
+    assert not found

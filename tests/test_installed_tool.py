@@ -12,10 +12,11 @@ import pytest
 
 from fi_patcher import __version__
 from fi_patcher.errors import ExitCode
+from fi_patcher.registry import load_patches
 from tests.conftest import MakeVenv
 from tests.support.cli import patch_result
 from tests.support.expected import expected
-from tests.support.releases import BOUNDARIES
+from tests.support.releases import BOUNDARIES, cache_lock
 from tests.support.tiers import SLOW
 from tests.support.tool import ROOT, build_wheel
 from tests.support.venvs import target_file
@@ -115,6 +116,31 @@ def test_uv_tool_install(tmp_path: Path) -> None:
     version = run(tmp_path / "bin" / "fi-patch", "--version", cwd=tmp_path)
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"fi-patch {__version__}"
+
+
+def test_make_dev_installs_editable_without_a_warning(tmp_path: Path) -> None:
+    """`make dev`'s editable install, into a venv of the test's own: the patches are found from
+    the working tree, and setuptools has nothing to warn about (a package mapped from outside
+    src/ made it install an import finder, with a BuildBackendWarning in every fresh
+    `make test`)."""
+    venv = tmp_path / "dev"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-e", ROOT]
+    with cache_lock("build"):  # setuptools writes src/fi_patch.egg-info, as build_wheel does
+        installed = run(*pip, cwd=tmp_path)
+    assert installed.returncode == 0, installed.stderr
+    assert "Warning" not in installed.stdout + installed.stderr, installed.stderr
+    loaded = run(python, "-c", LOAD, cwd=tmp_path)
+    assert loaded.stdout.split() == [str(ROOT / "src"), str(len(load_patches()))], loaded.stderr
+
+
+# fi-patch's dependencies are not installed there: count the TOML files as the registry finds them.
+LOAD = """import fi_patcher, os
+from importlib import resources
+tomls = [f for f in resources.files("fi_patcher.patches").iterdir() if f.name.endswith(".toml")]
+print(os.path.dirname(os.path.dirname(fi_patcher.__file__)), len(tomls))
+"""
 
 
 def dockerfile() -> str:

@@ -1,7 +1,7 @@
 """A venv made with --system-site-packages shares its base interpreter's packages: fi-patch
 never writes the base's files from the venv, and names the command that patches them there.
 
-Real: a base interpreter of this test's own (CPython 3.11 copied from the machine's, with an
+Real: a base interpreter of this test's own (the CPython the tests run on, copied, with an
 empty site-packages), FlashInfer installed into it by pip, and a venv made from it with
 `--system-site-packages`.
 """
@@ -26,7 +26,9 @@ from tests.support.releases import RELEASES, TARGET, fetch, released_text
 from tests.support.tiers import SLOW
 from tests.support.venvs import install, python_of, site_packages, target_file
 
-MACHINE_PYTHON = Path("/root/.pyenv/versions/3.11.7")
+MACHINE_PYTHON = Path(sys.base_prefix)
+"""The installation the tests' own interpreter comes from, copied as the base."""
+PY = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
 
 @pytest.fixture
@@ -34,22 +36,22 @@ def base(tmp_path: Path) -> Path:
     """A base interpreter of the test's own, holding FlashInfer 0.5.0 (and the shared torch)."""
     root = tmp_path / "base"
     (root / "bin").mkdir(parents=True)
-    (root / "bin" / "python3.11").write_bytes((MACHINE_PYTHON / "bin" / "python3.11").read_bytes())
-    (root / "bin" / "python3.11").chmod(0o755)
+    (root / "bin" / PY).write_bytes((MACHINE_PYTHON / "bin" / PY).read_bytes())
+    (root / "bin" / PY).chmod(0o755)
     for name in ("python3", "python"):
-        (root / "bin" / name).symlink_to("python3.11")
-    stdlib = MACHINE_PYTHON / "lib" / "python3.11"
+        (root / "bin" / name).symlink_to(PY)
+    stdlib = MACHINE_PYTHON / "lib" / PY
 
     def keep(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        skipped = ("python3.11/site-packages", "python3.11/test")
+        skipped = (f"{PY}/site-packages", f"{PY}/test")
         return None if member.name.startswith(skipped) or "__pycache__" in member.name else member
 
     archive = tmp_path / "stdlib.tar"
     with tarfile.open(archive, "w") as tar:
-        tar.add(stdlib, arcname="python3.11", filter=keep)
+        tar.add(stdlib, arcname=PY, filter=keep)
     with tarfile.open(archive) as tar:
         tar.extractall(root / "lib", filter="data")
-    (root / "lib" / "python3.11" / "site-packages").mkdir()
+    (root / "lib" / PY / "site-packages").mkdir()
     install(root, RELEASES["0.5.0"])
     use(root, shared(CUDA_TORCH))
     return root
@@ -63,7 +65,7 @@ def sharing(base: Path, tmp_path: Path) -> Path:
     venv = tmp_path / "shares-the-base"
     subprocess.run(
         [
-            base / "bin" / "python3.11",
+            base / "bin" / PY,
             "-m",
             "venv",
             "--without-pip",
@@ -80,7 +82,7 @@ def test_the_base_copy_is_patched_only_through_the_base(
 ) -> None:
     venv = sharing(base, tmp_path)
     base_file = site_packages(base) / TARGET
-    base_python = base / "bin" / "python3.11"
+    base_python = base / "bin" / PY
     original = sha256(base_file)
 
     check = fi_patch(runner, "check", "--venv", venv, "--json")
@@ -166,7 +168,7 @@ def test_a_user_site_copy_a_normal_start_imports_is_named(base: Path, tmp_path: 
             "-m",
             "pip",
             "--python",
-            base / "bin" / "python3.11",
+            base / "bin" / PY,
             "install",
             "-q",
             "--user",
@@ -178,7 +180,7 @@ def test_a_user_site_copy_a_normal_start_imports_is_named(base: Path, tmp_path: 
         env=environ,
     )
     runner = CliRunner(env={"PYTHONUSERBASE": str(user_base), "VIRTUAL_ENV": None})
-    check = fi_patch(runner, "check", "--python", base / "bin" / "python3.11", "--json")
+    check = fi_patch(runner, "check", "--python", base / "bin" / PY, "--json")
     assert check.code == ExitCode.LAYOUT, check.stdout
     (result,) = check.json["results"]
     instead = result["imported_instead"]

@@ -19,8 +19,9 @@ from tests.support.venvs import site_packages
 
 # torch 2.14.1 is the CUDA 13.0 build: it imports without a GPU and reports torch.version.cuda
 # "13.0", matching this machine's nvcc. The rest is what `import flashinfer` and its FP4 module
-# `flashinfer.quantization.fp4_quantization` need on a CPU (../shared/research/flashinfer.md,
-# section 5).
+# `flashinfer.quantization.fp4_quantization` need on a CPU: FlashInfer's own requirements less
+# the CUDA-only ones (cuda-python, the cutlass DSL, cuDNN's frontend, NCCL), found by importing
+# 0.6.18 and 0.7.4 with `--no-deps` and adding what each import asked for.
 CUDA_TORCH = (
     "torch==2.14.1",
     "apache-tvm-ffi<0.2",

@@ -82,8 +82,8 @@ class Release:
     """The shape of each patch the registry applies to this release, by patch id."""
     sha256_prefixes: Mapping[str, str] = field(default_factory=dict, hash=False)
     """sha256[:12] of released files, by relpath: cpp_ext.py, and the file that defines
-    fp4_quantize where there is one (from ../shared/research/flashinfer.md; those of 0.2.8's
-    fp4_quantization.py and of the pre-releases taken from the archives the index verified)."""
+    fp4_quantize where there is one, taken from the archives the index verified
+    (tests/test_registry.py checks each against the downloaded release)."""
 
     @property
     def filename(self) -> str:

@@ -4,12 +4,13 @@ Wheels are installed for real, by pip (`pip --python`, so the venv itself needs 
 sdist-only releases (shape A, 0.4.x) cannot be built without torch and a CUDA-era toolchain, so
 their venvs are assembled from the sdist's own `flashinfer/` files and its real PKG-INFO as
 METADATA, with a RECORD computed the way pip writes one. A wheel built from such an sdist has a
-byte-identical cpp_ext.py (../shared/research/flashinfer.md), so the hashes are the same.
+byte-identical cpp_ext.py (compared for 0.2.14.post1, 0.3.1 and 0.4.1), so the hashes are the
+same.
 
-Each release is installed once per test session into a template; a test gets a clone whose files
-are hardlinks to the template's, the way uv links site-packages to its cache. fi-patch must never
-write through such a link, and the tests would see it: every template file is checked against its
-release's hash.
+Each release is installed once into a template in the test cache (tests/support/templates.py); a
+test gets a clone whose files are hardlinks to the template's, the way uv links site-packages to
+its cache. fi-patch must never write through such a link, and the tests would see it: every
+template file is checked against its release's hash.
 """
 
 from __future__ import annotations
