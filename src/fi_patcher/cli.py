@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from fi_patcher.model import Command
     from fi_patcher.options import Options, Target
     from fi_patcher.results import Result
+    from fi_patcher.toolkit import ServerToolkit
 
 app = typer.Typer(
     name="fi-patch",
@@ -117,6 +118,27 @@ Json = Annotated[
         "nothing else there.",
     ),
 ]
+CudaHome = Annotated[
+    Path | None,
+    typer.Option(
+        "--cuda-home",
+        metavar="DIR",
+        help="The CUDA toolkit the server runs (the folder holding bin/nvcc): the pre-flight "
+        "judges its nvcc, not the one fi-patch's own environment finds.",
+        show_default=False,
+    ),
+]
+ServerEnv = Annotated[
+    Path | None,
+    typer.Option(
+        "--server-env",
+        metavar="FILE",
+        help="The server's environment file (systemd's EnvironmentFile=, KEY=VALUE lines): the "
+        "pre-flight finds nvcc by its CUDA_HOME, CUDA_PATH and PATH (systemd's default PATH "
+        "where it sets none), as the server will.",
+        show_default=False,
+    ),
+]
 Quiet = Annotated[
     bool, typer.Option("-q", "--quiet", help="Print only the outcome of each patch, and errors.")
 ]
@@ -188,6 +210,8 @@ def apply_command(
             "would run differ in major.minor; recorded in the manifest.",
         ),
     ] = False,
+    cuda_home: CudaHome = None,
+    server_env: ServerEnv = None,
     timeout: Timeout = PROBE_TIMEOUT,
     verify_timeout: VerifyTimeout = VERIFY_TIMEOUT,
     as_json: Json = False,
@@ -213,6 +237,7 @@ def apply_command(
         allow_mismatch=allow_mismatch,
         timeout=timeout,
         verify_timeout=verify_timeout,
+        toolkit=_toolkit(cuda_home, server_env, as_json),
     )
     refused = unproven_force(options)
     if refused is not None:
@@ -264,6 +289,8 @@ def check_command(
             "torch and FlashInfer). A patched target whose proof fails exits 13.",
         ),
     ] = False,
+    cuda_home: CudaHome = None,
+    server_env: ServerEnv = None,
     timeout: Timeout = PROBE_TIMEOUT,
     verify_timeout: VerifyTimeout = VERIFY_TIMEOUT,
     as_json: Json = False,
@@ -282,11 +309,14 @@ def check_command(
     """
     as_json = _flags(quiet, verbose, as_json)
     chosen = _choose(patch, as_json)
+    toolkit = _toolkit(cuda_home, server_env, as_json)
 
     def work(target: Target, progress: Progress) -> Result:
         from fi_patcher import api
 
-        options = api.Options(timeout=timeout, verify_timeout=verify_timeout, progress=progress)
+        options = api.Options(
+            timeout=timeout, verify_timeout=verify_timeout, progress=progress, toolkit=toolkit
+        )
         checked = api.check(target, chosen, options)
         return api.verify(target, checked, options) if verify else checked
 
@@ -465,6 +495,26 @@ def _spec_text(spec: Spec) -> str:
 def _choose(ids: list[str] | None, as_json: bool) -> PatchSet:
     try:
         return choose(ids)
+    except FiPatchError as error:
+        _fail(as_json, error)
+
+
+def _toolkit(
+    cuda_home: Path | None, server_env: Path | None, as_json: bool
+) -> ServerToolkit | None:
+    """The server's toolkit, where --cuda-home or --server-env names it."""
+    from fi_patcher import toolkit
+
+    try:
+        if cuda_home is not None and server_env is not None:
+            raise UsageError(
+                "give --cuda-home or --server-env, not both",
+                remedy="--server-env where the server's unit reads an environment file (its "
+                "CUDA_HOME, CUDA_PATH and PATH count), --cuda-home to name the toolkit alone",
+            )
+        if cuda_home is not None:
+            return toolkit.cuda_home(cuda_home)
+        return toolkit.server_env(server_env) if server_env is not None else None
     except FiPatchError as error:
         _fail(as_json, error)
 

@@ -86,7 +86,10 @@ def decide(
     if plan.adding:
         if facts is None or (needs_nvcc(plan.adding) and not facts.nvcc_checked):
             options.progress(f"pre-flight in {interpreter.python}")
-            facts = preflight(interpreter.python, options.timeout, nvcc=needs_nvcc(plan.adding))
+            nvcc = needs_nvcc(plan.adding)
+            facts = preflight(
+                interpreter.python, options.timeout, nvcc=nvcc, toolkit=options.toolkit
+            )
         judgement = judge_preflight(
             facts, plan.adding, explicit=chosen.explicit, allow_mismatch=options.allow_mismatch
         )

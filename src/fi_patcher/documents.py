@@ -85,14 +85,19 @@ def check_result(checked: Checked) -> dict[str, Any]:
         patches.append(document)
     instead = assessment.imported_instead
     refusal = checked.refusal
-    return {
+    document = {
         **_target(checked.target, assessment),
         "status": checked.status,
         "exit_code": int(checked.exit_code),
         "refusal": error_json(refusal) if refusal is not None else None,
         "patches": patches,
         "warnings": list(assessment.warnings),
-    } | ({"imported_instead": {"path": str(instead.path), "via": instead.via}} if instead else {})
+    }
+    if checked.preflight is not None:
+        document["preflight"] = preflight_json(checked.preflight)
+    if instead is not None:
+        document["imported_instead"] = {"path": str(instead.path), "via": instead.via}
+    return document
 
 
 def outcome_result(outcome: Outcome) -> dict[str, Any]:
