@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 
@@ -21,6 +21,7 @@ from fi_patcher.model import PatchSet
 from fi_patcher.options import unproven_force
 from fi_patcher.proofs import VERIFY_TIMEOUT
 from fi_patcher.registry import choose, load_patches
+from fi_patcher.results import Failed
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -379,6 +380,7 @@ def _bug(exc: BaseException) -> Internal:
 # --- targets ------------------------------------------------------------------------------------
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 Spec = tuple[Path | None, Path | None]
 """One target as given: (--venv, None), (None, --python), or (None, None) for the default."""
 
@@ -405,41 +407,43 @@ def _run_targets(
     timeout: float,
     work: Callable[[Target, Progress], Result],
 ) -> NoReturn:
-    """Run `work` on every target given (in parallel when there are several), then report: each
-    target's result, alone or among several, in one shape."""
+    """Open every target given, run `work` once on each environment among them (in parallel
+    when there are several), then report: each target's result, alone or among several, in one
+    shape. An environment named twice (--venv and --python, or a link to it) is worked on once,
+    with a note: two threads must not write one environment."""
     specs: list[Spec] = [(v, None) for v in venvs or []] + [(None, p) for p in pythons or []]
     specs = specs or [(None, None)]
 
-    def one(spec: Spec, progress: Progress) -> Result:
+    def opening(spec: Spec) -> Callable[[], Target]:
         from fi_patcher.target import open_target
 
-        return work(open_target(*spec, os.environ, timeout), progress)
+        return lambda: open_target(*spec, os.environ, timeout)
+
+    def working(opened: Target | Failed, progress: Progress) -> Callable[[], Result]:
+        return lambda: opened if isinstance(opened, Failed) else work(opened, progress)
 
     def body(out: Console) -> int:
         from fi_patcher.interrupts import handled
 
         with handled(), render.progress(as_json, _verbosity) as progress:
-            if len(specs) == 1:
-                results = [_guarded(one, specs[0], progress)]
-            else:
-                from concurrent.futures import ThreadPoolExecutor
-
-                with ThreadPoolExecutor(_workers(len(specs))) as pool:
-                    futures = [pool.submit(_guarded, one, spec, progress) for spec in specs]
-                    results = [_awaited(future) for future in futures]
+            opened = _each([(spec, opening(spec)) for spec in specs])
+            kept, notes = _once(specs, opened)
+            results = _each([(spec, working(target, progress)) for spec, target in kept])
         code = max(int(r.exit_code) for r in results)
         if as_json:
             documented = [documents.result(r) for r in results]
-            out.print_json(data=documents.envelope(command, documented, code))
+            out.print_json(data=documents.envelope(command, documented, code, notes))
             return code
-        for spec, result in zip(specs, results, strict=True):
-            if len(specs) > 1:
+        render.notes(render.console(stderr=True), notes)
+        shown = [spec for spec, _ in kept]
+        for spec, result in zip(shown, results, strict=True):
+            if len(shown) > 1:
                 render.heading(out, f"== {_spec_text(spec)}")
             render.result(out, result, _verbosity)
-        if len(specs) > 1:
+        if len(shown) > 1:
             rows = [
                 (_spec_text(s), render.summary_line(r), int(r.exit_code))
-                for s, r in zip(specs, results, strict=True)
+                for s, r in zip(shown, results, strict=True)
             ]
             render.summary(out, rows)
         return code
@@ -447,15 +451,51 @@ def _run_targets(
     _run(as_json, body)
 
 
-def _guarded(one: Callable[[Spec, Progress], Result], spec: Spec, progress: Progress) -> Result:
-    """One target's result; its error, whatever it is, becomes its result, so that the other
+def _each(jobs: Sequence[tuple[Spec, Callable[[], T]]]) -> list[T | Failed]:
+    """Each job's value, or its error as its target's result; in parallel when there are
+    several."""
+    if len(jobs) == 1:
+        return [_guarded(*jobs[0])]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(_workers(len(jobs))) as pool:
+        futures = [pool.submit(_guarded, spec, job) for spec, job in jobs]
+        return [_awaited(future) for future in futures]
+
+
+def _once(
+    specs: Sequence[Spec], opened: Sequence[Target | Failed]
+) -> tuple[list[tuple[Spec, Target | Failed]], list[str]]:
+    """The targets to work on, each environment once (the first name given for it), and a note
+    for every other name of one: the same environment is what its interpreter reports (its
+    prefix and site-packages, links resolved), whatever the names given."""
+    from fi_patcher.target import environment_key
+
+    first: dict[tuple[str, ...], Spec] = {}
+    kept: list[tuple[Spec, Target | Failed]] = []
+    notes: list[str] = []
+    for spec, target in zip(specs, opened, strict=True):
+        if not isinstance(target, Failed):
+            key = environment_key(target.interpreter)
+            if key in first:
+                notes.append(
+                    f"{_spec_text(spec)} is the same environment as {_spec_text(first[key])}; "
+                    "working on it once"
+                )
+                continue
+            first[key] = spec
+        kept.append((spec, target))
+    return kept, notes
+
+
+def _guarded(spec: Spec, job: Callable[[], T]) -> T | Failed:
+    """One target's value; its error, whatever it is, becomes its result, so that the other
     targets go on and their results are reported."""
     from fi_patcher.errors import stopped_by
     from fi_patcher.interrupts import Stop
-    from fi_patcher.results import Failed
 
     try:
-        return one(spec, progress)
+        return job()
     except FiPatchError as error:
         return Failed(_spec_text(spec), error)
     except Stop as stop:
@@ -468,7 +508,7 @@ def _guarded(one: Callable[[Spec, Progress], Result], spec: Spec, progress: Prog
         return Failed(_spec_text(spec), _bug(exc))
 
 
-def _awaited(future: Future[Result]) -> Result:
+def _awaited(future: Future[T]) -> T:
     """A target's result from its thread. A second signal stops only the waiting here: each
     target stops at its own next step, puts back what it wrote, and says so."""
     from fi_patcher.interrupts import Stop

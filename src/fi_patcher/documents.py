@@ -6,6 +6,7 @@ from the result itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,15 @@ from fi_patcher.results import Checked, Failed, Outcome, PatchOutcome, Result
 SCHEMA_VERSION = 5
 
 
-def envelope(command: str, results: list[dict[str, Any]], code: int) -> dict[str, Any]:
+def envelope(
+    command: str, results: list[dict[str, Any]], code: int, notes: Sequence[str] = ()
+) -> dict[str, Any]:
     return {
         "schema": SCHEMA_VERSION,
         "command": command,
         "fi_patch_version": __version__,
         "results": results,
+        "notes": list(notes),
         "exit_code": int(code),
     }
 

@@ -312,6 +312,11 @@ def summary_line(result: Result) -> str:
     return ", ".join(f"{p.state.patch.id} {p.action}" for p in result.patches)
 
 
+def notes(err: Console, lines: Sequence[str]) -> None:
+    for line in lines:
+        err.print(Text("note: " + line, style="cyan"))
+
+
 def heading(out: Console, text: str) -> None:
     out.print(Text(text, style="bold"))
 
