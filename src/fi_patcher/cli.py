@@ -240,9 +240,7 @@ def apply_command(
         verify_timeout=verify_timeout,
         toolkit=_toolkit(cuda_home, server_env, as_json),
     )
-    refused = unproven_force(options)
-    if refused is not None:
-        _fail(as_json, refused)
+    _stop_on(unproven_force(options), as_json)
     _run_targets("apply", as_json, venv, python, timeout, _acting("apply", chosen, options))
 
 
@@ -556,6 +554,12 @@ def _toolkit(
             return toolkit.cuda_home(cuda_home)
         return toolkit.server_env(server_env) if server_env is not None else None
     except FiPatchError as error:
+        _fail(as_json, error)
+
+
+def _stop_on(error: FiPatchError | None, as_json: bool) -> None:
+    """Stop with `error`, where there is one, before any target."""
+    if error is not None:
         _fail(as_json, error)
 
 
