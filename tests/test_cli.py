@@ -202,16 +202,16 @@ def test_a_timeout_under_a_second_is_usage(runner: CliRunner) -> None:
 
 
 @SLOW
-def test_one_venv_named_twice_is_checked_twice_at_once(venv_with: MakeVenv) -> None:
+def test_two_venvs_of_one_release_are_checked_at_once(venv_with: MakeVenv) -> None:
     """Several targets are checked in threads, and each parses FlashInfer's files with `ast`.
     CPython 3.11 counts the AST constructor's depth in state the threads share: parsing at once
     failed now and then with "SystemError: AST constructor recursion depth mismatch" (1 run in
     25 of this test, after the fault tests), which is what made CI's 80-column log lose a
-    target. fi-patch parses one file at a time."""
-    venv = venv_with("0.7.4")
+    target. fi-patch parses one file at a time. (Two venvs: one named twice is checked once.)"""
+    first, second = venv_with("0.7.4"), venv_with("0.7.4")
     log = CliRunner(env={"VIRTUAL_ENV": None, "CONDA_PREFIX": None, "NO_COLOR": "1"})
     for _ in range(25):
-        run = fi_patch(log, "check", "--venv", venv, "--venv", venv, "--json")
+        run = fi_patch(log, "check", "--venv", first, "--venv", second, "--json")
         assert run.code == ExitCode.NEEDS_APPLY, run.text
         assert [r["status"] for r in run.json["results"]] == ["error", "error"], run.text
         assert all(r["exit_code"] == ExitCode.NEEDS_APPLY for r in run.json["results"])

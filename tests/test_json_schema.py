@@ -43,6 +43,7 @@ def test_every_command_output_validates(
         fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json"),
         fi_patch(runner, "apply", "--venv", venv, "--json"),
         fi_patch(runner, "check", "--venv", venv, "--venv", tmp_path / "nope", "--json"),
+        fi_patch(runner, "check", "--venv", venv, "--python", venv / "bin" / "python", "--json"),
         fi_patch(
             runner, "revert", "--venv", venv, "--patch", UNDER_COMPILE, "--no-verify", "--json"
         ),
@@ -59,6 +60,9 @@ def test_every_command_output_validates(
     assert documents[-2].json["results"][0]["error"]["kind"] == "EnvironmentProblem"
     assert documents[-2].json["results"][0]["target"] == f"--venv {tmp_path / 'nope'}"
     assert documents[-1].json["error"]["kind"] == "UsageError"
+    # The pre-flight check judged, and a note: the same environment named twice.
+    assert documents[1].json["results"][0]["preflight"]["nvcc_from"] is not None
+    assert len(documents[7].json["notes"]) == 1
 
 
 @SLOW

@@ -36,6 +36,7 @@ from tests.support.releases import (
     released_text,
 )
 from tests.support.tiers import SLOW
+from tests.support.toolkits import toolkit
 from tests.support.venvs import fp4_file, site_packages, target_file
 
 
@@ -43,18 +44,6 @@ def manifest(venv: Path) -> dict[str, dict[str, object]]:
     """The manifest's patch records, by patch id."""
     files = json.loads((venv / ".fi-patch" / "manifest.json").read_text())["files"]
     return {p["id"]: p for f in files for p in f["patches"]}
-
-
-def toolkit(folder: Path, release: str) -> Path:
-    """A stand-in CUDA toolkit whose nvcc reports `release`, as `nvcc --version` prints it."""
-    nvcc = folder / "bin" / "nvcc"
-    nvcc.parent.mkdir(parents=True)
-    nvcc.write_text(
-        "#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
-        f"echo 'Cuda compilation tools, release {release}, V{release}.131'\n"
-    )
-    nvcc.chmod(0o755)
-    return folder
 
 
 def test_apply_proves_every_patch_with_real_proofs(runner: CliRunner, venv_with: MakeVenv) -> None:
@@ -145,7 +134,8 @@ def test_apply_for_people_says_before_fails_after_passes(
     venv = venv_with("0.7.4")
     run = fi_patch(runner, "apply", "--venv", venv)
     assert run.code == ExitCode.OK
-    assert "pre-flight: torch 2.14.1+cu130: torch.version.cuda = '13.0'; nvcc 13.0" in run.text
+    assert "pre-flight: torch 2.14.1+cu130: torch.version.cuda = '13.0'" in run.text
+    assert "nvcc: " in run.text and "(13.0), from " in run.text
     assert (
         "cuda-version-torch-first before: fails at torch.compile(fullgraph=True) trace: "
         "Unsupported" in run.text
@@ -162,7 +152,7 @@ def test_toolkit_mismatch_is_refused_unless_allowed(venv_with: MakeVenv, tmp_pat
     refused = fi_patch(runner, "apply", "--venv", venv)
     assert refused.code == ExitCode.TOOLKIT_MISMATCH
     assert "torch.version.cuda is 13.0 but FlashInfer would run nvcc 12.4" in refused.text
-    assert f"{cuda_home}/bin/nvcc" in refused.text and "from $CUDA_HOME" in refused.text
+    assert f"({cuda_home}/bin/nvcc, from CUDA_HOME in fi-patch's environment)" in refused.text
     assert "point CUDA_HOME at a CUDA 13.0 toolkit" in refused.text
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.4"])
     assert fp4_file(venv).read_bytes() == released_text(RELEASES["0.7.4"], FP4)

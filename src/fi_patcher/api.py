@@ -47,7 +47,9 @@ def check(target: Target, chosen: PatchSet, options: Options | None = None) -> C
         warnings=assessment.warnings + notes,
         imported_instead=decision.instead,
     )
-    return Checked(target, assessment, decision.verdicts, decision.plan.refusal)
+    return Checked(
+        target, assessment, decision.verdicts, decision.plan.refusal, preflight=decision.facts
+    )
 
 
 def verify(target: Target, checked: Checked, options: Options) -> Checked:

@@ -8,10 +8,10 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 
@@ -22,6 +22,7 @@ from fi_patcher.model import PatchSet
 from fi_patcher.options import unproven_force
 from fi_patcher.proofs import VERIFY_TIMEOUT
 from fi_patcher.registry import choose, load_patches
+from fi_patcher.results import Failed
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from fi_patcher.model import Command
     from fi_patcher.options import Options, Progress, Target
     from fi_patcher.results import Result
+    from fi_patcher.toolkit import ServerToolkit
 
 app = typer.Typer(
     name="fi-patch",
@@ -118,6 +120,27 @@ Json = Annotated[
         "nothing else there.",
     ),
 ]
+CudaHome = Annotated[
+    Path | None,
+    typer.Option(
+        "--cuda-home",
+        metavar="DIR",
+        help="The CUDA toolkit the server runs (the folder holding bin/nvcc): the pre-flight "
+        "judges its nvcc, not the one fi-patch's own environment finds.",
+        show_default=False,
+    ),
+]
+ServerEnv = Annotated[
+    Path | None,
+    typer.Option(
+        "--server-env",
+        metavar="FILE",
+        help="The server's environment file (systemd's EnvironmentFile=, KEY=VALUE lines): the "
+        "pre-flight finds nvcc by its CUDA_HOME, CUDA_PATH and PATH (systemd's default PATH "
+        "where it sets none), as the server will.",
+        show_default=False,
+    ),
+]
 Quiet = Annotated[
     bool, typer.Option("-q", "--quiet", help="Print only the outcome of each patch, and errors.")
 ]
@@ -190,6 +213,8 @@ def apply_command(
             "would run differ in major.minor; recorded in the manifest.",
         ),
     ] = False,
+    cuda_home: CudaHome = None,
+    server_env: ServerEnv = None,
     timeout: Timeout = PROBE_TIMEOUT,
     verify_timeout: VerifyTimeout = VERIFY_TIMEOUT,
     as_json: Json = False,
@@ -215,10 +240,9 @@ def apply_command(
         allow_mismatch=allow_mismatch,
         timeout=timeout,
         verify_timeout=verify_timeout,
+        toolkit=_toolkit(cuda_home, server_env, as_json),
     )
-    refused = unproven_force(options)
-    if refused is not None:
-        _fail(as_json, refused)
+    _stop_on(unproven_force(options), as_json)
     _run_targets("apply", as_json, venv, python, timeout, _acting("apply", chosen, options))
 
 
@@ -266,6 +290,8 @@ def check_command(
             "torch and FlashInfer). A patched target whose proof fails exits 13.",
         ),
     ] = False,
+    cuda_home: CudaHome = None,
+    server_env: ServerEnv = None,
     timeout: Timeout = PROBE_TIMEOUT,
     verify_timeout: VerifyTimeout = VERIFY_TIMEOUT,
     as_json: Json = False,
@@ -284,11 +310,14 @@ def check_command(
     """
     as_json = _flags(quiet, verbose, as_json)
     chosen = _choose(patch, as_json)
+    toolkit = _toolkit(cuda_home, server_env, as_json)
 
     def work(target: Target, progress: Progress) -> Result:
         from fi_patcher import api
 
-        options = api.Options(timeout=timeout, verify_timeout=verify_timeout, progress=progress)
+        options = api.Options(
+            timeout=timeout, verify_timeout=verify_timeout, progress=progress, toolkit=toolkit
+        )
         checked = api.check(target, chosen, options)
         return api.verify(target, checked, options) if verify else checked
 
@@ -350,6 +379,7 @@ def _bug(exc: BaseException) -> Internal:
 
 # --- targets ------------------------------------------------------------------------------------
 
+T = TypeVar("T")
 Spec = tuple[Path | None, Path | None]
 """One target as given: (--venv, None), (None, --python), or (None, None) for the default."""
 
@@ -376,45 +406,50 @@ def _run_targets(
     timeout: float,
     work: Callable[[Target, Progress], Result],
 ) -> NoReturn:
-    """Run `work` on every target given (in parallel when there are several), then report: each
-    target's result, alone or among several, in one shape."""
+    """Open every target given, run `work` once on each environment among them (in parallel
+    when there are several), then report: each target's result, alone or among several, in one
+    shape. An environment named twice (--venv and --python, or a link to it) is worked on once,
+    with a note: two threads must not write one environment."""
     specs: list[Spec] = [(v, None) for v in venvs or []] + [(None, p) for p in pythons or []]
     specs = specs or [(None, None)]
 
-    def one(spec: Spec, progress: Progress) -> Result:
+    def opening(spec: Spec, progress: Progress) -> Callable[[], Target]:
         from fi_patcher.target import open_target
 
-        progress("probing the target's interpreter")
-        return work(open_target(*spec, os.environ, timeout), progress)
+        def opened() -> Target:
+            progress("probing the target's interpreter")
+            return open_target(*spec, os.environ, timeout)
+
+        return opened
+
+    def working(opened: Target | Failed, progress: Progress) -> Callable[[], Result]:
+        return lambda: opened if isinstance(opened, Failed) else work(opened, progress)
 
     def body(out: Console) -> int:
         from fi_patcher.interrupts import handled
 
         with handled(), render.progress(as_json, _verbosity) as progress:
-            if len(specs) == 1:
-                results = [_guarded(one, specs[0], progress)]
-            else:
-                from concurrent.futures import ThreadPoolExecutor
-
-                with ThreadPoolExecutor(_workers(len(specs))) as pool:
-                    futures = [
-                        pool.submit(_guarded, one, spec, _naming(progress, spec)) for spec in specs
-                    ]
-                    results = [_awaited(future) for future in futures]
+            several = len(specs) > 1
+            named = {spec: _naming(progress, spec) if several else progress for spec in specs}
+            opened = _each([(spec, opening(spec, named[spec])) for spec in specs])
+            kept, notes = _once(specs, opened)
+            results = _each([(spec, working(target, named[spec])) for spec, target in kept])
         code = max(int(r.exit_code) for r in results)
         if as_json:
             documented = [documents.result(r) for r in results]
-            out.print_json(data=documents.envelope(command, documented, code))
+            out.print_json(data=documents.envelope(command, documented, code, notes))
             render.total(as_json, _verbosity, code)
             return code
-        for spec, result in zip(specs, results, strict=True):
-            if len(specs) > 1:
+        render.notes(render.console(stderr=True), notes)
+        shown = [spec for spec, _ in kept]
+        for spec, result in zip(shown, results, strict=True):
+            if len(shown) > 1:
                 render.heading(out, f"== {_spec_text(spec)}")
             render.result(out, result, _verbosity)
-        if len(specs) > 1:
+        if len(shown) > 1:
             rows = [
                 (_spec_text(s), render.summary_line(r), int(r.exit_code))
-                for s, r in zip(specs, results, strict=True)
+                for s, r in zip(shown, results, strict=True)
             ]
             render.summary(out, rows)
         render.total(as_json, _verbosity, code)
@@ -432,15 +467,51 @@ def _naming(progress: Progress, spec: Spec) -> Progress:
     return named
 
 
-def _guarded(one: Callable[[Spec, Progress], Result], spec: Spec, progress: Progress) -> Result:
-    """One target's result; its error, whatever it is, becomes its result, so that the other
+def _each(jobs: Sequence[tuple[Spec, Callable[[], T]]]) -> list[T | Failed]:
+    """Each job's value, or its error as its target's result; in parallel when there are
+    several."""
+    if len(jobs) == 1:
+        return [_guarded(*jobs[0])]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(_workers(len(jobs))) as pool:
+        futures = [pool.submit(_guarded, spec, job) for spec, job in jobs]
+        return [_awaited(future) for future in futures]
+
+
+def _once(
+    specs: Sequence[Spec], opened: Sequence[Target | Failed]
+) -> tuple[list[tuple[Spec, Target | Failed]], list[str]]:
+    """The targets to work on, each environment once (the first name given for it), and a note
+    for every other name of one: the same environment is what its interpreter reports (its
+    prefix and site-packages, links resolved), whatever the names given."""
+    from fi_patcher.target import environment_key
+
+    first: dict[tuple[str, ...], Spec] = {}
+    kept: list[tuple[Spec, Target | Failed]] = []
+    notes: list[str] = []
+    for spec, target in zip(specs, opened, strict=True):
+        if not isinstance(target, Failed):
+            key = environment_key(target.interpreter)
+            if key in first:
+                notes.append(
+                    f"{_spec_text(spec)} is the same environment as {_spec_text(first[key])}; "
+                    "working on it once"
+                )
+                continue
+            first[key] = spec
+        kept.append((spec, target))
+    return kept, notes
+
+
+def _guarded(spec: Spec, job: Callable[[], T]) -> T | Failed:
+    """One target's value; its error, whatever it is, becomes its result, so that the other
     targets go on and their results are reported."""
     from fi_patcher.errors import stopped_by
     from fi_patcher.interrupts import Stop
-    from fi_patcher.results import Failed
 
     try:
-        return one(spec, progress)
+        return job()
     except FiPatchError as error:
         return Failed(_spec_text(spec), error)
     except Stop as stop:
@@ -453,7 +524,7 @@ def _guarded(one: Callable[[Spec, Progress], Result], spec: Spec, progress: Prog
         return Failed(_spec_text(spec), _bug(exc))
 
 
-def _awaited(future: Future[Result]) -> Result:
+def _awaited(future: Future[T]) -> T:
     """A target's result from its thread. A second signal stops only the waiting here: each
     target stops at its own next step, puts back what it wrote, and says so."""
     from fi_patcher.interrupts import Stop
@@ -481,6 +552,32 @@ def _choose(ids: list[str] | None, as_json: bool) -> PatchSet:
     try:
         return choose(ids)
     except FiPatchError as error:
+        _fail(as_json, error)
+
+
+def _toolkit(
+    cuda_home: Path | None, server_env: Path | None, as_json: bool
+) -> ServerToolkit | None:
+    """The server's toolkit, where --cuda-home or --server-env names it."""
+    from fi_patcher import toolkit
+
+    try:
+        if cuda_home is not None and server_env is not None:
+            raise UsageError(
+                "give --cuda-home or --server-env, not both",
+                remedy="--server-env where the server's unit reads an environment file (its "
+                "CUDA_HOME, CUDA_PATH and PATH count), --cuda-home to name the toolkit alone",
+            )
+        if cuda_home is not None:
+            return toolkit.cuda_home(cuda_home)
+        return toolkit.server_env(server_env) if server_env is not None else None
+    except FiPatchError as error:
+        _fail(as_json, error)
+
+
+def _stop_on(error: FiPatchError | None, as_json: bool) -> None:
+    """Stop with `error`, where there is one, before any target."""
+    if error is not None:
         _fail(as_json, error)
 
 

@@ -90,7 +90,9 @@ def decide(
                 "torch's version and the nvcc FlashInfer would run" if nvcc else "torch's version"
             )
             options.progress(f"pre-flight in {interpreter.python} ({reads})", long=True)
-            facts = preflight(interpreter.python, options.timeout, nvcc=nvcc)
+            facts = preflight(
+                interpreter.python, options.timeout, nvcc=nvcc, toolkit=options.toolkit
+            )
         judgement = judge_preflight(
             facts, plan.adding, explicit=chosen.explicit, allow_mismatch=options.allow_mismatch
         )

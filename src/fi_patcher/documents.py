@@ -6,6 +6,7 @@ from the result itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,15 @@ from fi_patcher.results import Checked, Failed, Outcome, PatchOutcome, Result
 SCHEMA_VERSION = 5
 
 
-def envelope(command: str, results: list[dict[str, Any]], code: int) -> dict[str, Any]:
+def envelope(
+    command: str, results: list[dict[str, Any]], code: int, notes: Sequence[str] = ()
+) -> dict[str, Any]:
     return {
         "schema": SCHEMA_VERSION,
         "command": command,
         "fi_patch_version": __version__,
         "results": results,
+        "notes": list(notes),
         "exit_code": int(code),
     }
 
@@ -85,14 +89,19 @@ def check_result(checked: Checked) -> dict[str, Any]:
         patches.append(document)
     instead = assessment.imported_instead
     refusal = checked.refusal
-    return {
+    document = {
         **_target(checked.target, assessment),
         "status": checked.status,
         "exit_code": int(checked.exit_code),
         "refusal": error_json(refusal) if refusal is not None else None,
         "patches": patches,
         "warnings": list(assessment.warnings),
-    } | ({"imported_instead": {"path": str(instead.path), "via": instead.via}} if instead else {})
+    }
+    if checked.preflight is not None:
+        document["preflight"] = preflight_json(checked.preflight)
+    if instead is not None:
+        document["imported_instead"] = {"path": str(instead.path), "via": instead.via}
+    return document
 
 
 def outcome_result(outcome: Outcome) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from fi_patcher.environment import PROBE_TIMEOUT
 from fi_patcher.errors import UsageError
 from fi_patcher.model import Interpreter
 from fi_patcher.proofs import VERIFY_TIMEOUT
+from fi_patcher.toolkit import ServerToolkit
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class Options:
     verify_timeout: float = VERIFY_TIMEOUT
     """For the one process that runs every proof (it imports torch and FlashInfer)."""
     progress: Progress = quiet
+    toolkit: ServerToolkit | None = None
+    """The server's toolkit (--cuda-home, --server-env) the pre-flight judges; None: the one
+    fi-patch's own environment finds."""
 
     @property
     def lock_wait(self) -> float:

@@ -18,6 +18,7 @@ from packaging.version import InvalidVersion, Version
 from fi_patcher.environment import run_script, script_text
 from fi_patcher.errors import FiPatchError, Inert, NoTorch, RequirementUnmet, ToolkitMismatch
 from fi_patcher.model import Judgement, Mode, Patch
+from fi_patcher.toolkit import ServerToolkit, own_source
 
 VERIFY_TIMEOUT = 600.0
 
@@ -37,6 +38,11 @@ class Preflight:
     nvcc_source: str | None = None
     nvcc_version: str | None = None
     nvcc_problem: str | None = None
+    nvcc_from: str | None = None
+    """Where the nvcc judged came from, for people: `--cuda-home`, `CUDA_HOME in fi-patch's
+    environment`, `PATH in --server-env FILE`."""
+    toolkit_named: bool = False
+    """The server's toolkit was named (--cuda-home, --server-env), not fi-patch's own."""
 
     @property
     def mismatch(self) -> bool:
@@ -45,22 +51,33 @@ class Preflight:
         return _major_minor(self.torch_cuda) != _major_minor(self.nvcc_version)
 
     def describe(self) -> str:
-        torch = f"torch {self.torch_version}: torch.version.cuda = {self.torch_cuda!r}"
+        return f"torch {self.torch_version}: torch.version.cuda = {self.torch_cuda!r}"
+
+    def nvcc_judged(self) -> str | None:
+        """Which nvcc the pre-flight judged and where it came from; None where it judged none
+        (no patch written here compares the toolkit)."""
         if not self.nvcc_checked:
-            return torch
+            return None
         if self.nvcc_version is not None:
-            nvcc = f"nvcc {self.nvcc_version} at {self.nvcc_path} (from {self.nvcc_source})"
-        else:
-            nvcc = f"no nvcc ({self.nvcc_problem})"
-        return f"{torch}; {nvcc}"
+            return f"{self.nvcc_path} ({self.nvcc_version}), from {self.nvcc_from}"
+        if self.nvcc_path is not None:
+            return f"{self.nvcc_path}, from {self.nvcc_from}: {self.nvcc_problem}"
+        return f"none ({self.nvcc_problem})"
 
 
-def preflight(python: Path, timeout: float, *, nvcc: bool) -> Preflight:
-    answer = run_script(
-        python, "preflight.py", ["nvcc"] if nvcc else [], timeout=timeout, what="pre-flight"
-    )
+def preflight(
+    python: Path, timeout: float, *, nvcc: bool, toolkit: ServerToolkit | None = None
+) -> Preflight:
+    """torch's facts, and with `nvcc`, the nvcc FlashInfer would run: found by `toolkit`'s
+    variables (the server's), or by fi-patch's own where none is named."""
+    arguments = ["nvcc"] if nvcc else []
+    if nvcc and toolkit is not None:
+        arguments.append(json.dumps(dict(toolkit.variables)))
+    answer = run_script(python, "preflight.py", arguments, timeout=timeout, what="pre-flight")
     torch = answer.get("torch", {})
     found = answer.get("nvcc", {})
+    source = found.get("source")
+    origin = toolkit.source if toolkit is not None else own_source
     return Preflight(
         python=python,
         torch_found=bool(torch.get("found")),
@@ -73,6 +90,8 @@ def preflight(python: Path, timeout: float, *, nvcc: bool) -> Preflight:
         nvcc_source=found.get("source"),
         nvcc_version=found.get("version") if found.get("found") else None,
         nvcc_problem=found.get("reason"),
+        nvcc_from=origin(source) if source is not None else None,
+        toolkit_named=toolkit is not None,
     )
 
 
@@ -152,8 +171,9 @@ def _inert(facts: Preflight, patch: Patch) -> Unfit | None:
 
 def _judge_toolkit(facts: Preflight, allow_mismatch: bool) -> tuple[str, ...] | ToolkitMismatch:
     if facts.nvcc_version is None:
+        where = f", from {facts.nvcc_from}" if facts.nvcc_from else ""
         return (
-            f"no nvcc found ({facts.nvcc_problem}): torch's CUDA {facts.torch_cuda} is the "
+            f"no nvcc found ({facts.nvcc_problem}{where}): torch's CUDA {facts.torch_cuda} is the "
             "only source of the version, and FlashInfer's JIT cannot compile here until a "
             "toolkit is installed",
         )
@@ -161,7 +181,7 @@ def _judge_toolkit(facts: Preflight, allow_mismatch: bool) -> tuple[str, ...] | 
         return ()
     message = (
         f"toolkit mismatch: torch.version.cuda is {facts.torch_cuda} but FlashInfer would run "
-        f"nvcc {facts.nvcc_version} ({facts.nvcc_path}, from {facts.nvcc_source}); patched, "
+        f"nvcc {facts.nvcc_version} ({facts.nvcc_path}, from {facts.nvcc_from}); patched, "
         f"FlashInfer would choose compiler flags for CUDA {facts.torch_cuda} "
         "(-static-global-template-stub=false, -DENABLE_FP4, the SM12x arch suffix) that "
         f"nvcc {facts.nvcc_version} may not accept"
@@ -169,12 +189,20 @@ def _judge_toolkit(facts: Preflight, allow_mismatch: bool) -> tuple[str, ...] | 
     if allow_mismatch:
         return (message + "; proceeding because of --allow-mismatch",)
     assert facts.torch_cuda is not None
-    return ToolkitMismatch(
-        message,
-        remedy=f"point CUDA_HOME at a CUDA {_major_minor_text(facts.torch_cuda)} toolkit (the "
-        "one torch was built with) and run fi-patch with the same environment as the server; "
-        "--allow-mismatch proceeds anyway",
-    )
+    wanted = _major_minor_text(facts.torch_cuda)
+    if facts.toolkit_named:
+        remedy = (
+            f"give the server a CUDA {wanted} toolkit (the one torch was built with) and name "
+            "it here as the server's unit names it, or install the torch built for the "
+            "server's toolkit; --allow-mismatch proceeds anyway"
+        )
+    else:
+        remedy = (
+            f"point CUDA_HOME at a CUDA {wanted} toolkit (the one torch was built with); where "
+            "the server finds another toolkit than fi-patch does, name it: --cuda-home DIR, or "
+            "--server-env FILE (its EnvironmentFile); --allow-mismatch proceeds anyway"
+        )
+    return ToolkitMismatch(message, remedy=remedy)
 
 
 # --- the proofs ---------------------------------------------------------------------------------

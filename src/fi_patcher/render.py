@@ -19,7 +19,7 @@ from rich.text import Text
 from fi_patcher.errors import FiPatchError
 from fi_patcher.model import Assessment, Patch, PatchState
 from fi_patcher.options import Progress, Target, quiet
-from fi_patcher.proofs import ProofReport
+from fi_patcher.proofs import Preflight, ProofReport
 from fi_patcher.registry import requirement_text, span
 from fi_patcher.results import Checked, Failed, Outcome, PatchOutcome, Result
 
@@ -85,6 +85,7 @@ def check(out: Console, checked: Checked, verbosity: Verbosity) -> None:
         _refusal(out, checked, verbosity)
         return
     environment(out, target, assessment)
+    _nvcc(out, checked.preflight)
     table = Table(box=None, pad_edge=False)
     for column in ("patch", "shape", "state", "file", "apply"):
         table.add_column(column, no_wrap=True)
@@ -107,6 +108,13 @@ def check(out: Console, checked: Checked, verbosity: Verbosity) -> None:
             shown = report.mode == "after" or verbosity.verbose
             proof(out, label, report, details=shown, notes=verbosity.verbose)
     _refusal(out, checked, verbosity)
+
+
+def _nvcc(out: Console, facts: Preflight | None) -> None:
+    """The nvcc the pre-flight judged, and where it came from, where it judged one."""
+    judged = facts.nvcc_judged() if facts is not None else None
+    if judged is not None:
+        out.print(f"nvcc: {judged}")
 
 
 _WOULD = {"write": "write", "nothing": "-", "left-out": "left out", "refuse": "refuse"}
@@ -169,6 +177,7 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
         environment(out, result.target, result.assessment)
         if result.preflight is not None:
             out.print(f"pre-flight: {result.preflight.describe()}")
+        _nvcc(out, result.preflight)
     for warning in result.warnings:
         err.print(Text("warning: " + warning, style="bold yellow"))
     if not verbosity.quiet:
@@ -305,6 +314,11 @@ def summary_line(result: Result) -> str:
     if isinstance(result, Checked):
         return ", ".join(f"{s.patch.id} {s.state.value}" for s in result.assessment.patches)
     return ", ".join(f"{p.state.patch.id} {p.action}" for p in result.patches)
+
+
+def notes(err: Console, lines: Sequence[str]) -> None:
+    for line in lines:
+        err.print(Text("note: " + line, style="cyan"))
 
 
 def heading(out: Console, text: str) -> None:

@@ -149,6 +149,8 @@ class Checked:
     refusal: FiPatchError | None = None
     """The refusal apply would stop on (the gravest), whether a patch's or the target's own."""
     reports: Mapping[str, ProofReport] = field(default_factory=dict)
+    preflight: Preflight | None = None
+    """The pre-flight apply's decision was judged by, where apply would write."""
 
     def code_of(self, state: PatchState) -> ExitCode:
         """One patch's code: what apply would do with it; under --verify, 13 where its proof

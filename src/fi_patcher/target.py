@@ -57,6 +57,13 @@ def open_target(
     return Target(probe(interpreter_path, timeout, packages), chosen_by)
 
 
+def environment_key(interpreter: Interpreter) -> tuple[str, ...]:
+    """What makes two targets one environment: the prefix and site-packages its interpreter
+    reports, links resolved. A venv's folder, its bin/python, its bin/python3 and a link to it
+    share them; two Pythons of one prefix (/usr's 3.11 and 3.12) do not."""
+    return tuple(os.path.realpath(p) for p in (interpreter.prefix, *interpreter.site_packages))
+
+
 def inspect(
     interpreter: Interpreter, patches: Sequence[Patch], *, reading: bool = False
 ) -> Inspection:

@@ -4,7 +4,9 @@
 # without importing torch (importing torch takes seconds and can fail for reasons the proofs
 # report later). With `nvcc`, for the patches whose pre-flight compares the toolkit, it also finds
 # the nvcc that FlashInfer would run, the way its get_cuda_path() and torch's CUDA_HOME do:
-# $CUDA_HOME, $CUDA_PATH, the nvcc on PATH, then /usr/local/cuda.
+# $CUDA_HOME, $CUDA_PATH, the nvcc on PATH, then /usr/local/cuda. Those variables are this
+# process's own, or, where an argument after `nvcc` gives them as a JSON object, the server's
+# (fi-patch's --cuda-home, --server-env): a variable the object leaves out is unset there.
 import importlib.util
 import json
 import os
@@ -38,21 +40,24 @@ def torch_facts() -> "dict[str, object]":
     }
 
 
-def nvcc_facts() -> "dict[str, object]":
+def nvcc_facts(environ: "dict[str, str]") -> "dict[str, object]":
     home = None
     source = None
     for variable in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(variable):
-            home, source = os.environ[variable], "$" + variable
+        if environ.get(variable):
+            home, source = environ[variable], "$" + variable
             break
     if home is None:
-        on_path = shutil.which("nvcc")
+        on_path = shutil.which("nvcc", path=environ.get("PATH", os.defpath))
         if on_path:
             home, source = os.path.dirname(os.path.dirname(on_path)), "PATH"
         elif os.path.exists("/usr/local/cuda"):
             home, source = "/usr/local/cuda", "default folder"
     if home is None:
-        return {"found": False, "reason": "no $CUDA_HOME, no nvcc on PATH, no /usr/local/cuda"}
+        return {
+            "found": False,
+            "reason": "no CUDA_HOME or CUDA_PATH, no nvcc on PATH, no /usr/local/cuda",
+        }
     nvcc = os.path.join(home, "bin/nvcc")
     facts = {"found": False, "path": nvcc, "source": source}
     try:
@@ -69,6 +74,7 @@ def nvcc_facts() -> "dict[str, object]":
 
 
 answer = {"python": sys.executable, "torch": torch_facts()}
-if "nvcc" in sys.argv[1:]:
-    answer["nvcc"] = nvcc_facts()
+if "nvcc" in sys.argv[1:2]:
+    given = sys.argv[2:3]
+    answer["nvcc"] = nvcc_facts(json.loads(given[0]) if given else dict(os.environ))
 sys.stdout.write("\n" + BEGIN + json.dumps(answer) + END + "\n")
