@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from rich.console import Console, ConsoleOptions
 from rich.measure import Measurement
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -395,8 +396,10 @@ def _unbroken(out: Console, table: Table) -> None:
 
 
 def _unpadded(out: Console, table: Table, options: ConsoleOptions | None = None) -> None:
-    """Print `table` line by line, without the spaces rich pads a row's last cell with."""
-    for line in out.render_lines(table, options or out.options, pad=False):
+    """Print `table` as `out.print` lays it out, without the spaces rich pads a row's last cell
+    with."""
+    laid_out = (options or out.options).update(no_wrap=True, overflow="ignore")
+    for line in Segment.split_lines(out.render(table, laid_out)):
         row = Text.assemble(*((segment.text, segment.style or "") for segment in line))
         row.rstrip()
         out.print(row)
