@@ -11,10 +11,9 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from typer._click import Context
 from typer.core import TyperCommand, TyperGroup
 
 from fi_patcher import __version__, documents, render
@@ -36,7 +35,7 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def _with_usage(ctx: Context) -> Iterator[None]:
+def _with_usage(ctx: typer.Context) -> Iterator[None]:
     """A usage error names its command, so that its `Usage:` line is printed: click leaves it
     out of one error, an option given without its value (`check --venv`)."""
     try:
@@ -47,14 +46,15 @@ def _with_usage(ctx: Context) -> Iterator[None]:
         raise
 
 
+# `ctx` is click's Context, which typer keeps private (typer._click): typed as Any here.
 class _Command(TyperCommand):
-    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         with _with_usage(ctx):
             return super().parse_args(ctx, args)
 
 
 class _Group(TyperGroup):
-    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         with _with_usage(ctx):
             return super().parse_args(ctx, args)
 
