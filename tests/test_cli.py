@@ -134,6 +134,12 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: op-top-k-top-p-sampling-from-probs not-applicable",
         f"{venv}: op-top-p-sampling-from-probs not-applicable",
     ]
+    # The demo's dry run: what would be applied, and no word of a diff it does not show.
+    dry = fi_patch(runner, "-q", "apply", "--venv", venv, "--dry-run", "--no-verify")
+    assert dry.code == ExitCode.OK
+    assert "@@" not in dry.stdout and "this diff" not in dry.stdout
+    assert "dry run: nothing was changed" in dry.stdout
+    assert "would apply cuda-version-torch-first to flashinfer/jit/cpp_ext.py" in dry.stdout
     apply = fi_patch(runner, "-q", "apply", "--venv", venv, "--no-verify")
     assert apply.code == ExitCode.OK
     assert "@@" not in apply.stdout and "pre-flight" not in apply.stdout
