@@ -2,9 +2,10 @@
 # The main job on a throwaway venv: a real FlashInfer release beside torch's CUDA 13.0 build
 # (it imports without a GPU). FlashInfer 0.7.0 takes eleven of fi-patch's patches (the FP4 path,
 # the declared ops, and the op boundaries of the activations and GEMMs). The proofs fail before,
-# apply runs its pre-flight and the proofs, they pass after, then check, revert of one patch
-# (the others stay) and revert of all. Each step shows its command and exit code, and the script
-# stops if a code is not the documented one.
+# a dry run names what apply would change, apply runs its pre-flight and the proofs and shows
+# its diff (once), they pass after, then check, revert of one patch (the others stay) and revert
+# of all. Each step shows its command and exit code, and the script stops if a code is not the
+# documented one.
 set -uo pipefail
 venv=${1:-build/demo-venv}
 release=${DEMO_FLASHINFER:-0.7.0}
@@ -36,7 +37,8 @@ echo "installing flashinfer-python==$release (its GPU-only dependencies left out
 pip_target --no-deps "flashinfer-python==$release"
 
 step 3 fi-patch check --venv "$venv" --verify
-step 0 fi-patch apply --venv "$venv" --dry-run
+# -q: the dry run names what it would apply; apply itself then shows the diff, once.
+step 0 fi-patch apply --venv "$venv" --dry-run -q
 step 0 fi-patch apply --venv "$venv"
 step 0 fi-patch apply --venv "$venv"
 step 0 fi-patch check --venv "$venv" --verify

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -9,8 +10,9 @@ from typer.testing import CliRunner
 
 from fi_patcher import __version__
 from fi_patcher.errors import ExitCode
+from fi_patcher.registry import load_patches
 from tests.conftest import MakeVenv
-from tests.support.cli import fi_patch, patch_result
+from tests.support.cli import Run, fi_patch, patch_result
 from tests.support.tiers import SLOW
 
 
@@ -33,13 +35,15 @@ def test_list_shows_every_patch_with_ranges_lowest_first(runner: CliRunner) -> N
     run = fi_patch(wide, "list")
     assert run.code == ExitCode.OK
     for patch in ("cuda-version-torch-first", "fp4-op-keyword-forwarding"):
-        assert f"{patch}: " in run.text
+        assert patch in run.stdout.splitlines()
     assert "0.2.14.post1 \u2013 0.3.1.post1" in run.text
     assert "0.4.0 \u2013 0.7.4" in run.text
     assert "0.2.0.post1 \u2013 0.2.14" in run.text
     assert "0.6.12 \u2013 0.7.0.post1" in run.text
-    assert "flashinfer/jit/cpp_ext.py :: get_cuda_version()" in run.text
-    assert "flashinfer/quantization/fp4_quantization.py :: fp4_quantize()" in run.text
+    assert "function: get_cuda_version() file: flashinfer/jit/cpp_ext.py" in run.text
+    assert "function: fp4_quantize() file: flashinfer/quantization/fp4_quantization.py" in run.text
+    assert "shape B (0.4.0 \u2013 0.7.4)" in run.text
+    assert "nothing to patch (0.2.0.post1 \u2013 0.2.14)" in run.text
     assert "requires: torch >=2.4, fp4-op-keyword-forwarding where it applies" in run.text
     assert "proof on a CPU: torch.compile(fullgraph=True) of a function calling" in run.text
     assert "proof on a GPU: scripts/gpu/fp4_compiled.py" in run.text
@@ -73,6 +77,8 @@ def test_a_log_of_80_columns_never_breaks_a_path(venv_with: MakeVenv) -> None:
     assert all("flashinfer/quantization/fp4_quantization.py" in t for t in table), run.text
     for venv in (first, second):
         assert sum(line.startswith(f"--venv {venv} ") for line in lines) == 1, run.text
+    # Neither the state table nor the summary pads a row's end with spaces.
+    assert [line for line in lines if line != line.rstrip()] == []
 
 
 def test_dry_run_for_people_shows_the_diff(runner: CliRunner, venv_with: MakeVenv) -> None:
@@ -128,6 +134,12 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: op-top-k-top-p-sampling-from-probs not-applicable",
         f"{venv}: op-top-p-sampling-from-probs not-applicable",
     ]
+    # The demo's dry run: what would be applied, and no word of a diff it does not show.
+    dry = fi_patch(runner, "-q", "apply", "--venv", venv, "--dry-run", "--no-verify")
+    assert dry.code == ExitCode.OK
+    assert "@@" not in dry.stdout and "this diff" not in dry.stdout
+    assert "dry run: nothing was changed" in dry.stdout
+    assert "would apply cuda-version-torch-first to flashinfer/jit/cpp_ext.py" in dry.stdout
     apply = fi_patch(runner, "-q", "apply", "--venv", venv, "--no-verify")
     assert apply.code == ExitCode.OK
     assert "@@" not in apply.stdout and "pre-flight" not in apply.stdout
@@ -215,3 +227,102 @@ def test_two_venvs_of_one_release_are_checked_at_once(venv_with: MakeVenv) -> No
         assert run.code == ExitCode.NEEDS_APPLY, run.text
         assert [r["status"] for r in run.json["results"]] == ["error", "error"], run.text
         assert all(r["exit_code"] == ExitCode.NEEDS_APPLY for r in run.json["results"])
+
+
+# --- 80 columns: a log (rich lays out 80) and a terminal of 80 -----------------------------------
+
+ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+EIGHTY = [
+    pytest.param({"COLUMNS": "80"}, id="piped"),
+    pytest.param({"COLUMNS": "80", "FORCE_TERMINAL": "1", "TTY_COMPATIBLE": "1"}, id="terminal"),
+]
+
+
+def _at(environment: dict[str, str]) -> CliRunner:
+    return CliRunner(env={"VIRTUAL_ENV": None, "CONDA_PREFIX": None, "NO_COLOR": "1"} | environment)
+
+
+def _plain_lines(run: Run, *, stderr: bool = True) -> list[str]:
+    return ESCAPE.sub("", run.stdout + (run.stderr if stderr else "")).splitlines()
+
+
+def _uncut(lines: list[str], *, width: int | None = 80) -> None:
+    """Nothing cut with an ellipsis, no line padded at its end, none wider than `width`."""
+    for line in lines:
+        assert "\u2026" not in line, line
+        assert line == line.rstrip(), repr(line)
+        if width is not None:
+            assert len(line) <= width, line
+
+
+@pytest.mark.parametrize("environment", EIGHTY)
+def test_list_at_80_columns_holds_every_id_and_path_whole(environment: dict[str, str]) -> None:
+    run = fi_patch(_at(environment), "list")
+    assert run.code == ExitCode.OK
+    lines = _plain_lines(run)
+    _uncut(lines)
+    for patch in load_patches():
+        assert patch.id in lines, patch.id  # its own line: a heading to copy
+        for path in {patch.target, *(s.target for s in patch.shapes if s.target)}:
+            assert any(re.search(rf"(^|\s){re.escape(path)}($|\s)", line) for line in lines), path
+
+
+def _paragraphs(lines: list[str]) -> list[list[str]]:
+    """The help's prose: the lines after `Usage:` up to the first section, split at blank
+    lines."""
+    prose = lines[1 : next(i for i, line in enumerate(lines) if line.endswith(":") and i)]
+    paragraphs: list[list[str]] = [[]]
+    for line in prose:
+        if line.strip():
+            paragraphs[-1].append(line)
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    return [p for p in paragraphs if p]
+
+
+@pytest.mark.parametrize("environment", EIGHTY)
+@pytest.mark.parametrize(
+    "command",
+    [pytest.param((), id="fi-patch")]
+    + [pytest.param((c,), id=c) for c in ("apply", "revert", "check", "list")],
+)
+def test_help_at_80_columns_is_wrapped_by_the_formatter(
+    environment: dict[str, str], command: tuple[str, ...]
+) -> None:
+    """Each paragraph is filled to the width: no line ends where the next line's first word
+    would have fitted (a hard line break in the help string, wrapped again, does)."""
+    run = fi_patch(_at(environment), *command, "--help")
+    assert run.code == ExitCode.OK
+    lines = _plain_lines(run)
+    _uncut(lines)
+    paragraphs = _paragraphs(lines)
+    assert paragraphs, run.stdout
+    for paragraph in paragraphs:
+        for line, following in itertools.pairwise(paragraph):
+            word = following.split()[0]
+            assert len(line) + 1 + len(word) > 80, f"{line!r} then {following!r}"
+
+
+def test_an_option_without_its_value_shows_the_usage(runner: CliRunner) -> None:
+    run = fi_patch(runner, "check", "--venv")
+    assert run.code == ExitCode.USAGE
+    assert "Option '--venv' requires an argument." in run.stderr
+    assert "Usage: fi-patch check [OPTIONS]" in run.stderr
+
+
+@pytest.mark.parametrize("environment", EIGHTY)
+def test_check_at_80_columns_cuts_no_id_and_pads_no_row(
+    venv_with: MakeVenv, environment: dict[str, str]
+) -> None:
+    """The state table is as wide as its ids and paths (never cut), and no row ends in the
+    padding of its last column."""
+    venv = venv_with("0.7.4")
+    run = fi_patch(_at(environment), "check", "--venv", venv)
+    assert run.code == ExitCode.NEEDS_APPLY, run.text
+    # Not stderr: in a terminal it holds the spinner's line, which rich cuts to the width and
+    # erases when the work is done.
+    lines = _plain_lines(run, stderr=False)
+    _uncut(lines, width=None)
+    rows = {line.split()[0]: line.split() for line in lines if line.split()}
+    for patch in load_patches():
+        assert set(rows[patch.id]) & set(patch.targets), rows[patch.id]

@@ -286,7 +286,11 @@ def test_the_usual_fix_made_by_hand_is_adopted(
     assert patch_result(check.json)["state"] == "hand-patched"
     assert "taken out, the file is FlashInfer's original" in patch_result(check.json)["reason"]
 
-    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    applied = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
+    assert applied.code == ExitCode.OK
+    # Said as what it is: the fix was there already, and apply adopted it.
+    assert "adopted cuda-version-torch-first in flashinfer/jit/cpp_ext.py" in applied.text
+    assert "applied cuda-version-torch-first" not in applied.text
     assert path.read_bytes() == expected("0.7.4").encode()
     backups = {p.read_bytes() for p in (venv / ".fi-patch" / "backups").iterdir()}
     assert original in backups and by_hand not in backups

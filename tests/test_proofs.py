@@ -86,7 +86,11 @@ def test_apply_proves_every_patch_with_real_proofs(runner: CliRunner, venv_with:
     assert "get_cuda_version() = 13.0" in summaries[CUDA]
     assert "started no process" in summaries[CUDA]
     assert "passes enable_pdl=True as enable_pdl" in summaries[FORWARDING]
-    assert "one flashinfer.fp4_quantize call" in summaries[UNDER_COMPILE]
+    # Every number in it says what it counts: the graph's own calls are not FlashInfer's.
+    assert summaries[UNDER_COMPILE] == (
+        "passes (fullgraph trace holds one flashinfer.fp4_quantize call and no other FlashInfer "
+        "call)"
+    )
     assert target_file(venv).read_bytes() == expected("0.7.0").encode()
     assert fp4_file(venv).read_bytes() == expected("0.7.0", FP4).encode()
     records = manifest(venv)
@@ -412,3 +416,9 @@ def test_a_proof_that_fails_before_the_patch_is_one_line_unless_verbose(
     assert "Explanation:" not in plain.text
     verbose = fi_patch(runner, "-v", "check", "--venv", venv, "--verify")
     assert "Explanation: Dynamo does not know how to trace the builtin" in verbose.text
+    # -q says it as what it is: the red a pristine target is expected to show, not an alarm.
+    quiet = fi_patch(runner, "-q", "check", "--venv", venv, "--verify", "--patch", CUDA)
+    assert quiet.code == ExitCode.NEEDS_APPLY
+    assert quiet.stdout.splitlines() == [
+        f"{venv}: {CUDA} pristine; red before the patch, as expected"
+    ]

@@ -4,16 +4,18 @@ errors to exit codes in one place (`_run`). The only module that imports typer.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from fi_patcher import __version__, documents, render
 from fi_patcher.environment import PROBE_TIMEOUT
@@ -34,8 +36,38 @@ if TYPE_CHECKING:
     from fi_patcher.results import Result
     from fi_patcher.toolkit import ServerToolkit
 
+
+@contextlib.contextmanager
+def _with_usage(ctx: typer.Context) -> Iterator[None]:
+    """A usage error names its command, so that its `Usage:` line is printed: click leaves it
+    out of one error, an option given without its value (`check --venv`)."""
+    try:
+        yield
+    except typer.TyperException as error:
+        if getattr(error, "ctx", False) is None:
+            error.ctx = ctx  # type: ignore[attr-defined]
+        raise
+
+
+# `ctx` is click's Context, which typer keeps private (typer._click): typed as Any here.
+class _Command(TyperCommand):
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        with _with_usage(ctx):
+            return super().parse_args(ctx, args)
+
+
+class _Group(TyperGroup):
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        with _with_usage(ctx):
+            return super().parse_args(ctx, args)
+
+
 app = typer.Typer(
     name="fi-patch",
+    cls=_Group,
+    # click's own help: it wraps each paragraph to the width, at most 80 columns, and pads no
+    # line (rich's panels pad every line with spaces, a log's too).
+    rich_markup_mode=None,
     help=(
         "Patch FlashInfer in a chosen environment so that FP4 quantization runs inside "
         "torch.compile(fullgraph=True): get_cuda_version reads torch.version.cuda before nvcc, "
@@ -184,7 +216,9 @@ def _root(
     _flags(quiet, verbose, False)
 
 
-@app.command("apply")
+@app.command(
+    "apply", cls=_Command, short_help="Apply the patches to the target and prove them there."
+)
 def apply_command(
     venv: Venv = None,
     python: Python = None,
@@ -246,7 +280,7 @@ def apply_command(
     _run_targets("apply", as_json, venv, python, timeout, _acting("apply", chosen, options))
 
 
-@app.command("revert")
+@app.command("revert", cls=_Command, short_help="Take patches out, from fi-patch's backups.")
 def revert_command(
     venv: Venv = None,
     python: Python = None,
@@ -277,7 +311,7 @@ def revert_command(
     _run_targets("revert", as_json, venv, python, timeout, _acting("revert", chosen, options))
 
 
-@app.command("check")
+@app.command("check", cls=_Command, short_help="Say each patch's state and what apply would do.")
 def check_command(
     venv: Venv = None,
     python: Python = None,
@@ -324,7 +358,7 @@ def check_command(
     _run_targets("check", as_json, venv, python, timeout, work)
 
 
-@app.command("list")
+@app.command("list", cls=_Command, short_help="Show the patches fi-patch knows.")
 def list_command(as_json: Json = False, quiet: Quiet = False, verbose: Verbose = False) -> None:
     """Show the patches: file, function, versions, requirements, and what proves each."""
     as_json = _flags(quiet, verbose, as_json)

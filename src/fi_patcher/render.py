@@ -11,13 +11,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions
 from rich.measure import Measurement
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from fi_patcher.errors import FiPatchError
-from fi_patcher.model import Assessment, Patch, PatchState
+from fi_patcher.model import Assessment, Patch, PatchState, State
 from fi_patcher.options import Progress, Target, quiet
 from fi_patcher.proofs import Preflight, ProofReport
 from fi_patcher.registry import requirement_text, span
@@ -76,7 +77,7 @@ def check(out: Console, checked: Checked, verbosity: Verbosity) -> None:
     if verbosity.quiet:
         for state in assessment.patches:
             report = reports.get(state.patch.id)
-            proven = f"; proof {'passes' if report.passed else 'fails'}" if report else ""
+            proven = f"; {_verdict(report)}" if report else ""
             refused = _refused(checked, state)
             out.print(
                 f"{target.interpreter.prefix}: {state.patch.id} {state.state.value}{refused}"
@@ -155,6 +156,16 @@ def _refusal(out: Console, checked: Checked, verbosity: Verbosity) -> None:
         err.print(Text("fix: ", style="bold yellow") + Text(refused.remedy))
 
 
+def _verdict(report: ProofReport) -> str:
+    """A proof's result in a few words. Before the patch a proof is meant to fail: that it does
+    is what shows the patch is needed, not an alarm."""
+    if report.mode == "before":
+        if report.passed:
+            return "proof passes before the patch"
+        return "red before the patch, as expected"
+    return f"proof {'passes' if report.passed else 'fails'}"
+
+
 def proof(
     out: Console, label: str, report: ProofReport, *, details: bool = True, notes: bool = False
 ) -> None:
@@ -191,9 +202,13 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
                 label = f"{patch.state.patch.id} after"
                 proof(out, label, patch.after, notes=verbosity.verbose)
     if any(p.action == "would-apply" for p in result.patches):
-        out.print(Text("dry run: this diff would be applied; nothing was changed", style="yellow"))
+        # -q shows no diff: only what would be applied, below.
+        shown = "" if verbosity.quiet else "this diff would be applied; "
+        out.print(Text(f"dry run: {shown}nothing was changed", style="yellow"))
     said: set[str] = set()
     for patch in result.patches:
+        if patch.action == "not-applicable" and not verbosity.verbose:
+            continue
         style, message = _line(patch)
         if patch.action == "nothing-to-revert":
             # One line per reason, naming its patches: not the same sentence once per patch.
@@ -204,6 +219,7 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
             if patch.state.patch.id not in patch.message:
                 message = f"{patch.message} ({', '.join(alike)})"
         out.print(Text(message, style=style))
+    _not_applicable(out, result, verbosity)
     for file in result.files:
         if file.backup is not None and not verbosity.quiet:
             out.print(f"{file.relpath}: original bytes kept in {file.backup}")
@@ -226,10 +242,26 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
         error(err, result.failure)
 
 
+def _not_applicable(out: Console, result: Outcome, verbosity: Verbosity) -> None:
+    """The patches with nothing to do in this release, named together on one line: `check`
+    gives each one's reason (so does -v here), and a reason said in every command is noise."""
+    idle = [p.state.patch.id for p in result.patches if p.action == "not-applicable"]
+    if not idle or verbosity.verbose:
+        return
+    release = result.assessment.installed
+    of = f" to {release.name} {release.version}" if release is not None else ""
+    out.print(Text(f"not applicable{of} (`fi-patch check` says why): {', '.join(idle)}", "cyan"))
+
+
 def _line(patch: PatchOutcome) -> tuple[str, str]:
     state, action, ident = patch.state, patch.action, patch.state.patch.id
+    applied = f"applied {ident} to {state.patch.target}"
+    if state.state is State.HAND_PATCHED:
+        # The fix was there, made by hand: apply wrote fi-patch's own bytes over it and recorded
+        # them, keeping FlashInfer's original as the backup.
+        applied = f"adopted {ident} in {state.patch.target}: the fix made by hand is now fi-patch's"
     lines = {
-        "applied": ("green", f"applied {ident} to {state.patch.target}"),
+        "applied": ("green", applied),
         "would-apply": ("yellow", f"would apply {ident} to {state.patch.target}"),
         "rewritten": ("green", f"rewrote {ident} in {state.patch.target}: {patch.message}"),
         "would-rewrite": (
@@ -272,29 +304,43 @@ def diff(out: Console, text: str) -> None:
 
 
 def catalog(out: Console, patches: Sequence[Patch]) -> None:
+    """Each patch as a block, one field a line, wrapped between words at the console's width:
+    an id, a path or a version range is never cut, at 80 columns or fewer."""
     for patch in patches:
-        table = Table(title=f"{patch.id}: {patch.summary}", title_justify="left")
         moves = len(patch.targets) > 1
-        table.add_column("shape")
-        table.add_column("versions")
-        if moves:
-            table.add_column("file")
-        table.add_column("what the released function does")
-        for shape in patch.shapes:
-            file = [shape.target or patch.target] if moves else []
-            table.add_row(shape.name, span(shape.versions), *file, shape.note)
-        for exemption in patch.not_applicable:
-            table.add_row(
-                "-", span(exemption.versions), *(["-"] if moves else []), exemption.reason
-            )
-        out.print(table)
-        where = "the file of each shape" if moves else patch.target
-        out.print(f"target: {where} :: {patch.function}()")
-        out.print(f"requires: {requirement_text(patch)}")
-        out.print(f"proof on a CPU: {patch.proof.cpu}")
+        out.print(Text(patch.id, style="bold"))
+        _wrapped(out, patch.summary, "  ")
+        fields = {
+            "function": f"{patch.function}()",
+            "file": "each shape's, below" if moves else patch.target,
+            "requires": requirement_text(patch),
+            "proof on a CPU": patch.proof.cpu,
+        }
         if patch.proof.gpu:
-            out.print(f"proof on a GPU: {patch.proof.gpu}")
+            fields["proof on a GPU"] = patch.proof.gpu
+        label = max(len(name) for name in fields) + 2
+        for name, value in fields.items():
+            _wrapped(out, value, f"  {name + ':':<{label}}")
+        for shape in patch.shapes:
+            out.print(f"  shape {shape.name} ({span(shape.versions)})")
+            if moves:
+                _wrapped(out, shape.target or patch.target, "    file: ")
+            _wrapped(out, shape.note, "    ")
+        for exemption in patch.not_applicable:
+            out.print(f"  nothing to patch ({span(exemption.versions)})")
+            _wrapped(out, exemption.reason, "    ")
         out.print("")
+
+
+def _wrapped(out: Console, text: str, head: str) -> None:
+    """`head` then `text`, wrapped between words at the console's width, each further line
+    indented under the first; a word longer than a line is folded, never cut; no line ends in
+    spaces."""
+    hang = " " * len(head)
+    width = max(out.width - len(head), 20)
+    for number, line in enumerate(Text(text).wrap(out, width, overflow="fold")):
+        line.rstrip()
+        out.print(Text(head if number == 0 else hang) + line)
 
 
 def result(out: Console, result: Result, verbosity: Verbosity) -> None:
@@ -334,7 +380,7 @@ def summary(out: Console, rows: Sequence[tuple[str, str, int]]) -> None:
     for target, result, code in rows:
         style = "green" if code == 0 else "bold red"
         table.add_row(target, result, Text(str(code), style=style))
-    out.print(table)
+    _unpadded(out, table)
 
 
 _Told = Literal["every", "long", "spinner", "nothing"]
@@ -403,11 +449,17 @@ def total(as_json: bool, verbosity: Verbosity, code: int) -> None:
 
 def _unbroken(out: Console, table: Table) -> None:
     """Print `table` no narrower than its content, so that no path is broken over two lines, in
-    a terminal or in a log (which rich takes as 80 columns wide)."""
+    a terminal or in a log (which rich takes as 80 columns wide), and with no padding at the end
+    of a row."""
     natural = Measurement.get(out, out.options.update(width=10_000), table).maximum
-    width = out.width
-    out.width = max(width, natural)
-    try:
-        out.print(table)
-    finally:
-        out.width = width
+    _unpadded(out, table, out.options.update(width=max(out.width, natural)))
+
+
+def _unpadded(out: Console, table: Table, options: ConsoleOptions | None = None) -> None:
+    """Print `table` as `out.print` lays it out, without the spaces rich pads a row's last cell
+    with."""
+    laid_out = (options or out.options).update(no_wrap=True, overflow="ignore")
+    for line in Segment.split_lines(out.render(table, laid_out)):
+        row = Text.assemble(*((segment.text, segment.style or "") for segment in line))
+        row.rstrip()
+        out.print(row)
