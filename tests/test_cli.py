@@ -77,6 +77,10 @@ def test_a_log_of_80_columns_never_breaks_a_path(venv_with: MakeVenv) -> None:
     assert all("flashinfer/quantization/fp4_quantization.py" in t for t in table), run.text
     for venv in (first, second):
         assert sum(line.startswith(f"--venv {venv} ") for line in lines) == 1, run.text
+    # The summary's results wrap between words within 80 columns, every patch id whole.
+    results = lines[lines.index("summary") :]
+    assert [line for line in results if line.startswith("  ") and len(line) > 80] == []
+    assert " ".join(results).count("op-silu-and-mul-scaled-nvfp4-experts-quantize pristine") == 2
     # Neither the state table nor the summary pads a row's end with spaces.
     assert [line for line in lines if line != line.rstrip()] == []
 

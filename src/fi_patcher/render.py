@@ -6,6 +6,7 @@ With `cli`, the only module that imports rich. Nothing here decides anything.
 from __future__ import annotations
 
 import contextlib
+import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -372,15 +373,22 @@ def heading(out: Console, text: str) -> None:
 
 
 def summary(out: Console, rows: Sequence[tuple[str, str, int]]) -> None:
-    table = Table(title="summary", title_justify="left", box=None, pad_edge=False)
-    # The targets are paths, never broken; the results wrap between words.
-    table.add_column("target", no_wrap=True, min_width=max(len(row[0]) for row in rows))
-    table.add_column("result", overflow="fold")
-    table.add_column("exit", no_wrap=True)
+    """The summary of several targets: each target whole on its line with its exit code, its
+    result below it, wrapped between words (never inside a patch id or a path)."""
+    out.print(Text("summary", style="bold"))
     for target, result, code in rows:
         style = "green" if code == 0 else "bold red"
-        table.add_row(target, result, Text(str(code), style=style))
-    _unpadded(out, table)
+        out.print(Text.assemble(target, "  exit ", (str(code), style)))
+        wrapped = textwrap.wrap(
+            result,
+            width=max(out.width, 40),
+            initial_indent="  ",
+            subsequent_indent="  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+        for line in wrapped:
+            out.print(Text(line))
 
 
 _Told = Literal["every", "long", "spinner", "nothing"]
