@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.releases import RELEASES, Release, released_text
-from tests.support.templates import cached_venv, linkable, rebuild
+from tests.support.templates import cached_venv, linkable
 from tests.support.venvs import (
     clone,
     create_venv,
@@ -39,9 +39,8 @@ def template(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Pat
     def get(version: str) -> Path:
         release = RELEASES[version]
         if version not in _templates:
-            path = cached_venv(release)
-            if not _pristine(path, release):  # changed by an earlier run, which failed for it
-                path = rebuild(release)
+            # One an earlier run changed (that run failed for it) is built again.
+            path = cached_venv(release, lambda venv: _pristine(venv, release))
             if not linkable(path, tmp_path_factory.getbasetemp()):
                 copy = tmp_path_factory.mktemp(f"template-{version}") / "venv"
                 path = Path(shutil.copytree(path, copy, symlinks=True))

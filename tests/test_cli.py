@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import re
 
 import pytest
@@ -312,6 +313,30 @@ def test_an_option_without_its_value_shows_the_usage(runner: CliRunner) -> None:
     assert run.code == ExitCode.USAGE
     assert "Option '--venv' requires an argument." in run.stderr
     assert "Usage: fi-patch check [OPTIONS]" in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        pytest.param(("apply", "--patch", "nope"), "no patch named 'nope'", id="unknown-patch"),
+        pytest.param(
+            ("check", "--cuda-home", "/nonexistent"), "no such directory", id="cuda-home-missing"
+        ),
+        pytest.param(("apply", "--force", "--no-verify"), "--force", id="force-without-proofs"),
+    ],
+)
+def test_fi_patchs_own_usage_errors_show_the_usage_too(
+    runner: CliRunner, arguments: tuple[str, ...], error: str
+) -> None:
+    """Not only click's: a usage error fi-patch finds itself is headed by its command's usage
+    line, and with --json it stays one document."""
+    run = fi_patch(runner, *arguments)
+    assert run.code == ExitCode.USAGE, run.text
+    assert run.stderr.startswith(f"Usage: fi-patch {arguments[0]} [OPTIONS]\n"), run.stderr
+    assert error in run.stderr
+    as_json = fi_patch(runner, "--json", *arguments)
+    assert as_json.code == ExitCode.USAGE and "Usage:" not in as_json.stdout + as_json.stderr
+    assert json.loads(as_json.stdout)["error"]["kind"] == "UsageError"
 
 
 @pytest.mark.parametrize("environment", EIGHTY)

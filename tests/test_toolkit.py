@@ -51,6 +51,7 @@ def running_with(cuda_home: Path) -> CliRunner:
         pytest.param('A="say \\"hi\\""\n', {"A": 'say "hi"'}, id="double-escapes"),
         pytest.param("A=\n", {"A": ""}, id="empty"),
         pytest.param("A=x=y\n", {"A": "x=y"}, id="equals-in-value"),
+        pytest.param("CUDA_HOME = /opt/cuda\n", {"CUDA_HOME": "/opt/cuda"}, id="spaces-around"),
         pytest.param("A=1\r\nA=2\r\n", {"A": "2"}, id="crlf-last-wins"),
     ],
 )

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 def _with_usage(ctx: typer.Context) -> Iterator[None]:
     """A usage error names its command, so that its `Usage:` line is printed: click leaves it
     out of one error, an option given without its value (`check --venv`)."""
+    _parsing[0] = ctx
     try:
         yield
     except typer.TyperException as error:
@@ -50,6 +51,11 @@ def _with_usage(ctx: typer.Context) -> Iterator[None]:
 
 
 # `ctx` is click's Context, which typer keeps private (typer._click): typed as Any here.
+_parsing: list[Any] = [None]
+"""The context of the command line being parsed, the command's once it is known: its usage
+line heads fi-patch's own usage errors too (`--patch nope`, `--cuda-home` without nvcc)."""
+
+
 class _Command(TyperCommand):
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         with _with_usage(ctx):
@@ -474,7 +480,8 @@ def _run_targets(
             out.print_json(data=documents.envelope(command, documented, code, notes))
             render.total(as_json, _verbosity, code)
             return code
-        render.notes(render.console(stderr=True), notes)
+        if not _verbosity.quiet:
+            render.notes(render.console(stderr=True), notes)
         shown = [spec for spec, _ in kept]
         for spec, result in zip(shown, results, strict=True):
             if len(shown) > 1:
@@ -628,5 +635,9 @@ def _fail(as_json: bool, error: FiPatchError) -> NoReturn:
     if as_json:
         render.console().print_json(data=documents.error_document(error))
     else:
-        render.error(render.console(stderr=True), error)
+        err = render.console(stderr=True)
+        if isinstance(error, UsageError) and _parsing[0] is not None:
+            context = _parsing[0]
+            render.usage(err, context.get_usage(), context.command_path)
+        render.error(err, error)
     raise typer.Exit(int(error.exit_code))

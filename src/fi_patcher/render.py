@@ -47,6 +47,13 @@ def error(err: Console, failure: FiPatchError) -> None:
         err.print(Text("fix: ", style="bold yellow") + Text(failure.remedy))
 
 
+def usage(err: Console, line: str, command: str) -> None:
+    """The usage line that heads a usage error, as click gives it for its own."""
+    err.print(Text(line))
+    err.print(Text(f"Try '{command} --help' for help."))
+    err.print()
+
+
 def environment(out: Console, target: Target, assessment: Assessment) -> None:
     interpreter = target.interpreter
     out.print(
@@ -78,7 +85,7 @@ def check(out: Console, checked: Checked, verbosity: Verbosity) -> None:
     if verbosity.quiet:
         for state in assessment.patches:
             report = reports.get(state.patch.id)
-            proven = f"; {_verdict(report)}" if report else ""
+            proven = f"; {_verdict(report, state.state)}" if report else ""
             refused = _refused(checked, state)
             out.print(
                 f"{target.interpreter.prefix}: {state.patch.id} {state.state.value}{refused}"
@@ -157,13 +164,16 @@ def _refusal(out: Console, checked: Checked, verbosity: Verbosity) -> None:
         err.print(Text("fix: ", style="bold yellow") + Text(refused.remedy))
 
 
-def _verdict(report: ProofReport) -> str:
-    """A proof's result in a few words. Before the patch a proof is meant to fail: that it does
-    is what shows the patch is needed, not an alarm."""
+def _verdict(report: ProofReport, state: State) -> str:
+    """A proof's result in a few words. Before the patch, on the release's own text, a proof is
+    meant to fail: that it does is what shows the patch is needed, not an alarm. On a drifted,
+    unknown or wiped file nothing is expected."""
     if report.mode == "before":
         if report.passed:
             return "proof passes before the patch"
-        return "red before the patch, as expected"
+        if state is State.PRISTINE:
+            return "red before the patch, as expected"
+        return "proof fails before the patch"
     return f"proof {'passes' if report.passed else 'fails'}"
 
 

@@ -94,7 +94,7 @@ def server_env(file: Path) -> ServerToolkit:
     return ServerToolkit(variables, f"--server-env {file}", path_default=default)
 
 
-_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
+_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*=(.*)")
 
 
 def parse_environment(text: str, name: str) -> dict[str, str]:
