@@ -184,7 +184,11 @@ Quiet = Annotated[
 ]
 Verbose = Annotated[
     bool,
-    typer.Option("-v", "--verbose", help="Print each step on stderr as it starts, with its time."),
+    typer.Option(
+        "-v",
+        "--verbose",
+        help="Print each step on stderr as it starts, with its time, and the total at the end.",
+    ),
 ]
 
 _verbosity = render.Verbosity()
