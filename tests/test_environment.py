@@ -77,8 +77,10 @@ def test_several_targets_report_each_and_exit_with_the_highest_code(
     people = fi_patch(wide, "check", "--venv", patched, "--venv", pristine)
     assert people.code == ExitCode.NEEDS_APPLY
     assert "summary" in people.text
-    assert f"--venv {patched} cuda-version-torch-first patched," in people.text
-    assert f"--venv {pristine} cuda-version-torch-first pristine," in people.text
+    summary = people.stdout.split("\nsummary\n", 1)[1]
+    # Each target on its line with its exit code, its result below it.
+    assert f"--venv {patched}  exit 0\n  cuda-version-torch-first patched," in summary
+    assert f"--venv {pristine}  exit 3\n  cuda-version-torch-first pristine," in summary
 
 
 def test_stray_output_from_pth_files_cannot_break_the_probe(
