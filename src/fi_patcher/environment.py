@@ -168,7 +168,8 @@ def script_text(name: str) -> str:
 
 @contextlib.contextmanager
 def script_file(name: str) -> Iterator[Path]:
-    """A file holding a script of `fi_patcher/in_target/`, to run by its path: the installed
+    """A file holding a script of `fi_patcher/in_target/`, to run by its path, never as `-c`
+    text, so that a process list or a crash report shows a short command: the installed
     file itself or, where fi-patch is imported from a zip, a copy in a private folder removed
     afterwards. The target runs as fi-patch's own user, which made the folder."""
     script = _script(name)
@@ -201,16 +202,15 @@ def run_script(
     bytecode written) and return its framed JSON answer; a script that exits non-zero or prints
     no answer is an error."""
     flags = ["-I", "-B"] if isolated else ["-B"]
-    completed = _run_file(
-        python,
-        name,
-        flags,
-        arguments,
-        timeout=timeout,
-        what=what,
-        stdin=stdin,
-        timeout_flag=timeout_flag,
-    )
+    with script_file(name) as path:
+        completed = run_target(
+            python,
+            [*flags, os.fspath(path), *arguments],
+            timeout=timeout,
+            what=what,
+            stdin=stdin,
+            timeout_flag=timeout_flag,
+        )
     answer = _unframe(completed.stdout)
     if completed.returncode != 0 or answer is None:
         raise EnvironmentProblem(
@@ -224,43 +224,18 @@ def run_script(
 
 def compile_check(python: Path, source: bytes, filename: str, timeout: float) -> None:
     """Compile `source` with the target's own interpreter, which is the one that will run it."""
-    completed = _run_file(
-        python,
-        "compiles.py",
-        ["-I", "-S"],
-        [filename],
-        timeout=timeout,
-        what="compile check",
-        stdin=source,
-    )
+    with script_file("compiles.py") as path:
+        completed = run_target(
+            python,
+            ["-I", "-S", os.fspath(path), filename],
+            timeout=timeout,
+            what="compile check",
+            stdin=source,
+        )
     if completed.returncode != 0:
         raise EnvironmentProblem(
             f"the patched text of {filename} does not compile in {python}",
             details=_tail(completed.stderr),
-        )
-
-
-def _run_file(
-    python: Path,
-    name: str,
-    flags: list[str],
-    arguments: list[str],
-    *,
-    timeout: float,
-    what: str,
-    stdin: bytes | None = None,
-    timeout_flag: str = "--timeout",
-) -> subprocess.CompletedProcess[str]:
-    """Run a script of `fi_patcher/in_target/` by its file's path, never as `-c` text: a
-    process list or a crash report shows a short command, not the script."""
-    with script_file(name) as path:
-        return run_target(
-            python,
-            [*flags, os.fspath(path), *arguments],
-            timeout=timeout,
-            what=what,
-            stdin=stdin,
-            timeout_flag=timeout_flag,
         )
 
 
