@@ -6,13 +6,12 @@ With `cli`, the only module that imports rich. Nothing here decides anything.
 from __future__ import annotations
 
 import contextlib
-import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rich.console import Console, ConsoleOptions
+from rich.console import Console
 from rich.measure import Measurement
 from rich.segment import Segment
 from rich.table import Table
@@ -389,16 +388,7 @@ def summary(out: Console, rows: Sequence[tuple[str, str, int]]) -> None:
     for target, result, code in rows:
         style = "green" if code == 0 else "bold red"
         out.print(Text.assemble(target, "  exit ", (str(code), style)))
-        wrapped = textwrap.wrap(
-            result,
-            width=max(out.width, 40),
-            initial_indent="  ",
-            subsequent_indent="  ",
-            break_long_words=False,
-            break_on_hyphens=False,
-        )
-        for line in wrapped:
-            out.print(Text(line))
+        _wrapped(out, result, "  ")
 
 
 _Told = Literal["every", "long", "spinner", "nothing"]
@@ -470,13 +460,8 @@ def _unbroken(out: Console, table: Table) -> None:
     a terminal or in a log (which rich takes as 80 columns wide), and with no padding at the end
     of a row."""
     natural = Measurement.get(out, out.options.update(width=10_000), table).maximum
-    _unpadded(out, table, out.options.update(width=max(out.width, natural)))
-
-
-def _unpadded(out: Console, table: Table, options: ConsoleOptions | None = None) -> None:
-    """Print `table` as `out.print` lays it out, without the spaces rich pads a row's last cell
-    with."""
-    laid_out = (options or out.options).update(no_wrap=True, overflow="ignore")
+    laid_out = out.options.update(width=max(out.width, natural), no_wrap=True, overflow="ignore")
+    # Line by line, so that the spaces rich pads a row's last cell with can go.
     for line in Segment.split_lines(out.render(table, laid_out)):
         row = Text.assemble(*((segment.text, segment.style or "") for segment in line))
         row.rstrip()
