@@ -604,18 +604,10 @@ def _toolkit(
     cuda_home: Path | None, server_env: Path | None, as_json: bool
 ) -> ServerToolkit | None:
     """The server's toolkit, where --cuda-home or --server-env names it."""
-    from fi_patcher import toolkit
+    from fi_patcher.toolkit import named
 
     try:
-        if cuda_home is not None and server_env is not None:
-            raise UsageError(
-                "give --cuda-home or --server-env, not both",
-                remedy="--server-env where the server's unit reads an environment file (its "
-                "CUDA_HOME, CUDA_PATH and PATH count), --cuda-home to name the toolkit alone",
-            )
-        if cuda_home is not None:
-            return toolkit.cuda_home(cuda_home)
-        return toolkit.server_env(server_env) if server_env is not None else None
+        return named(cuda_home, server_env)
     except FiPatchError as error:
         _fail(as_json, error)
 

@@ -87,7 +87,7 @@ def preflight(
         torch_error=torch.get("error"),
         nvcc_checked="nvcc" in answer,
         nvcc_path=found.get("path"),
-        nvcc_source=found.get("source"),
+        nvcc_source=source,
         nvcc_version=found.get("version") if found.get("found") else None,
         nvcc_problem=found.get("reason"),
         nvcc_from=origin(source) if source is not None else None,

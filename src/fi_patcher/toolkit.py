@@ -55,6 +55,19 @@ def _named(variable: str) -> str:
     return variable.removeprefix("$")
 
 
+def named(cuda_home_folder: Path | None, server_env_file: Path | None) -> ServerToolkit | None:
+    """The toolkit --cuda-home or --server-env names, if either does; not both."""
+    if cuda_home_folder is not None and server_env_file is not None:
+        raise UsageError(
+            "give --cuda-home or --server-env, not both",
+            remedy="--server-env where the server's unit reads an environment file (its "
+            "CUDA_HOME, CUDA_PATH and PATH count), --cuda-home to name the toolkit alone",
+        )
+    if cuda_home_folder is not None:
+        return cuda_home(cuda_home_folder)
+    return server_env(server_env_file) if server_env_file is not None else None
+
+
 def cuda_home(folder: Path) -> ServerToolkit:
     """`--cuda-home DIR`: the toolkit in DIR, which must hold bin/nvcc."""
     home = Path(os.path.abspath(folder))
