@@ -66,6 +66,7 @@ def test_a_real_apply_starts_each_script_by_its_file_with_a_short_command(
         assert script.read_text(encoding="utf-8") == script_text(script.name)
         assert ("-I" in flags) is (script.name not in NOT_ISOLATED), command
         assert "-B" in flags or "-S" in flags, command
+        assert "-Xutf8" in flags, command  # -I ignores PYTHONUTF8
         seen.add(script.name)
     assert seen == SCRIPTS
 
