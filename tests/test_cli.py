@@ -56,16 +56,19 @@ def test_check_table_for_people(runner: CliRunner, venv_with: MakeVenv) -> None:
     assert run.code == ExitCode.NEEDS_APPLY
     assert f"environment {venv}" in run.text
     assert "flashinfer-python 0.7.4" in run.text
-    assert "cuda-version-torch-first B pristine flashinfer/jit/cpp_ext.py" in run.text
-    assert "fp4-op-keyword-forwarding - not-applicable" in run.text
-    assert "fp4-quantize-under-compile 0.7.4 pristine" in run.text
+    # Each file, then the patches that write it, with their state and what apply would do.
+    assert "flashinfer/jit/cpp_ext.py cuda-version-torch-first pristine write" in run.text
+    assert "fp4-op-keyword-forwarding not-applicable -" in run.text
+    assert "fp4-quantize-under-compile pristine write" in run.text
+    # Below, each patch's reason, naming the shape its function was taken for.
+    assert "cuda-version-torch-first: FlashInfer's original get_cuda_version (shape B)" in run.text
     assert "needs apply" in run.text
     assert "\x1b[" not in run.stdout
 
 
 def test_a_log_of_80_columns_never_breaks_a_path(venv_with: MakeVenv) -> None:
     """Not a terminal (CI, Ansible, `| tee`): rich lays out 80 columns; the state table and the
-    summary of several targets still hold each path whole on one line."""
+    summary of several targets still hold each path whole on one line, and fit."""
     first, second = venv_with("0.7.4"), venv_with("0.7.4")
     log = CliRunner(
         env={"VIRTUAL_ENV": None, "CONDA_PREFIX": None, "NO_COLOR": "1", "COLUMNS": "80"}
@@ -73,9 +76,9 @@ def test_a_log_of_80_columns_never_breaks_a_path(venv_with: MakeVenv) -> None:
     run = fi_patch(log, "check", "--venv", first, "--venv", second)
     assert run.code == ExitCode.NEEDS_APPLY, run.text
     lines = run.stdout.splitlines()
-    table = [line for line in lines if line.startswith("fp4-quantize-under-compile ")]
-    assert len(table) == 2, run.text
-    assert all("flashinfer/quantization/fp4_quantization.py" in t for t in table), run.text
+    assert lines.count("flashinfer/quantization/fp4_quantization.py") == 2, run.text
+    # Only the lines that name a venv (its path is as long as pytest's folder makes it) are wider.
+    assert [line for line in lines if len(line) > 80 and str(first) not in line] == []
     for venv in (first, second):
         assert sum(line.startswith(f"--venv {venv} ") for line in lines) == 1, run.text
     # The summary's results wrap between words within 80 columns, every patch id whole.
@@ -343,15 +346,28 @@ def test_fi_patchs_own_usage_errors_show_the_usage_too(
 def test_check_at_80_columns_cuts_no_id_and_pads_no_row(
     venv_with: MakeVenv, environment: dict[str, str]
 ) -> None:
-    """The state table is as wide as its ids and paths (never cut), and no row ends in the
-    padding of its last column."""
+    """The state table names each file once, on its own line, with the patches that write it
+    below; each patch's reason wraps between words. Nothing is cut, no line is wider than 80
+    columns (a 45-character id included) and none ends in padding."""
     venv = venv_with("0.7.4")
     run = fi_patch(_at(environment), "check", "--venv", venv)
     assert run.code == ExitCode.NEEDS_APPLY, run.text
-    # Not stderr: in a terminal it holds the spinner's line, which rich cuts to the width and
-    # erases when the work is done.
+    # Not stderr: it holds the pre-flight's line, which names the interpreter's whole path (in a
+    # terminal, the spinner's, which rich cuts to the width and erases when the work is done).
     lines = _plain_lines(run, stderr=False)
-    _uncut(lines, width=None)
-    rows = {line.split()[0]: line.split() for line in lines if line.split()}
-    for patch in load_patches():
-        assert set(rows[patch.id]) & set(patch.targets), rows[patch.id]
+    # The environment's line names the venv's path, as long as pytest's temporary folder makes it.
+    _uncut([line for line in lines if not line.startswith("environment ")])
+    patches = {patch.id: patch for patch in load_patches()}
+    header = next(i for i, line in enumerate(lines) if line.split() == ["patch", "state", "apply"])
+    file, rows = "", 0
+    for line in lines[header + 1 :]:
+        if ": " in line:
+            break  # the reasons, below the table
+        if line.startswith("  "):
+            assert file in patches[line.split()[0]].targets, (file, line)
+            rows += 1
+        else:
+            file = line
+    assert rows == len(patches), run.stdout
+    for patch in patches:
+        assert sum(line.startswith(f"{patch}: ") for line in lines) == 1, patch

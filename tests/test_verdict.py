@@ -243,7 +243,7 @@ def test_a_cpu_torch_leaves_get_cuda_version_out_or_refuses_it_when_named(
     assert not (venv / ".fi-patch").exists()
 
     people = fi_patch(PLAIN, "check", "--venv", venv)
-    assert "cuda-version-torch-first B left-out flashinfer/jit/cpp_ext.py left out" in people.text
+    assert "flashinfer/jit/cpp_ext.py cuda-version-torch-first left-out left out" in people.text
 
 
 def test_a_torch_too_old_for_a_patch_is_told_the_same_by_check_and_apply(

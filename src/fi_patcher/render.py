@@ -94,28 +94,46 @@ def check(out: Console, checked: Checked, verbosity: Verbosity) -> None:
         return
     environment(out, target, assessment)
     _nvcc(out, checked.preflight)
+    grouped = _by_file(assessment.patches)
     table = Table(box=None, pad_edge=False)
-    for column in ("patch", "shape", "state", "file", "apply"):
+    for column in ("patch", "state", "apply"):
         table.add_column(column, no_wrap=True)
-    for state in assessment.patches:
-        table.add_row(
-            state.patch.id,
-            state.shape.name if state.shape else "-",
-            Text(state.state.value, style=_STATE_STYLE[state.state.value]),
-            state.patch.target,
-            _would(checked, state),
-        )
+    for file, states in grouped.items():
+        table.add_row(Text(file, style="bold"), "", "")
+        for state in states:
+            table.add_row(
+                "  " + state.patch.id,
+                Text(state.state.value, style=_STATE_STYLE[state.state.value]),
+                _would(checked, state),
+            )
     _unbroken(out, table)
-    for state in assessment.patches:
-        out.print(Text(f"{state.patch.id}: {state.reason}", style="dim"))
+    for state in (state for states in grouped.values() for state in states):
+        _wrapped(out, f"{state.patch.id}: {_shaped(state)}", "", hang="  ", style="dim")
         if state.note:
-            out.print(Text(f"{state.patch.id}: note: {state.note}", style="cyan"))
+            _wrapped(out, f"{state.patch.id}: note: {state.note}", "", hang="  ", style="cyan")
         report = reports.get(state.patch.id)
         if report is not None:
             label = f"{state.patch.id} proof ({report.mode} the patch)"
             shown = report.mode == "after" or verbosity.verbose
             proof(out, label, report, details=shown, notes=verbosity.verbose)
     _refusal(out, checked, verbosity)
+
+
+def _by_file(states: Sequence[PatchState]) -> dict[str, list[PatchState]]:
+    """The patches under the file each writes, files in the order their first patch comes."""
+    grouped: dict[str, list[PatchState]] = {}
+    for state in states:
+        grouped.setdefault(state.patch.target, []).append(state)
+    return grouped
+
+
+def _shaped(state: PatchState) -> str:
+    """The patch's reason, naming the shape fi-patch took its function for where the reason
+    does not already."""
+    shape = state.shape
+    if shape is None or f"shape {shape.name}" in state.reason:
+        return state.reason
+    return f"{state.reason} (shape {shape.name})"
 
 
 def _nvcc(out: Console, facts: Preflight | None) -> None:
@@ -342,13 +360,15 @@ def catalog(out: Console, patches: Sequence[Patch]) -> None:
         out.print("")
 
 
-def _wrapped(out: Console, text: str, head: str) -> None:
+def _wrapped(
+    out: Console, text: str, head: str, *, hang: str | None = None, style: str = ""
+) -> None:
     """`head` then `text`, wrapped between words at the console's width, each further line
-    indented under the first; a word longer than a line is folded, never cut; no line ends in
-    spaces."""
-    hang = " " * len(head)
-    width = max(out.width - len(head), 20)
-    for number, line in enumerate(Text(text).wrap(out, width, overflow="fold")):
+    indented by `hang` (under the first, by default); a word longer than a line is folded,
+    never cut; no line ends in spaces."""
+    hang = " " * len(head) if hang is None else hang
+    width = max(out.width - max(len(head), len(hang)), 20)
+    for number, line in enumerate(Text(text, style=style).wrap(out, width, overflow="fold")):
         line.rstrip()
         out.print(Text(head if number == 0 else hang) + line)
 
