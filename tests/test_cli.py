@@ -319,6 +319,26 @@ def test_an_option_without_its_value_shows_the_usage(runner: CliRunner) -> None:
 
 
 @pytest.mark.parametrize(
+    "arguments",
+    [
+        pytest.param(("check", "--venv", "--json"), id="venv-then-json"),
+        pytest.param(("apply", "--python", "-q"), id="python-then-quiet"),
+        pytest.param(("check", "--cuda-home", "--verbose"), id="cuda-home-then-verbose"),
+    ],
+)
+def test_an_option_taken_as_a_paths_value_is_a_usage_error(
+    runner: CliRunner, arguments: tuple[str, ...]
+) -> None:
+    """`check --venv --json` is --venv without its value, as `check --venv` is; not a refusal
+    of an environment named --json (exit 5)."""
+    run = fi_patch(runner, *arguments)
+    assert run.code == ExitCode.USAGE, run.text
+    assert run.stderr.startswith(f"Usage: fi-patch {arguments[0]} [OPTIONS]\n"), run.stderr
+    assert f"{arguments[2]} is an option" in run.text
+    assert f"give {arguments[1]} its" in run.text
+
+
+@pytest.mark.parametrize(
     ("arguments", "error"),
     [
         pytest.param(("apply", "--patch", "nope"), "no patch named 'nope'", id="unknown-patch"),

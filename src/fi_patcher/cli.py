@@ -92,6 +92,20 @@ def _seconds(value: float) -> float:
     return value
 
 
+def _not_an_option(ctx: Any, parameter: Any, value: Any) -> Any:
+    """A path option's value that is another of the command's options (`check --venv --json`)
+    is the option given without its value, as click says of `check --venv`: not a path that
+    does not exist."""
+    options = {name for p in ctx.command.params for name in (*p.opts, *p.secondary_opts)}
+    for given in value if isinstance(value, list) else [value]:
+        if given is not None and str(given) in options:
+            raise typer.BadParameter(
+                f"{given} is an option, not a {parameter.metavar}: give {parameter.opts[0]} "
+                f"its {parameter.metavar} first"
+            )
+    return value
+
+
 Venv = Annotated[
     list[Path] | None,
     typer.Option(
@@ -101,6 +115,7 @@ Venv = Annotated[
         "several; the exit code is the highest of theirs. Default: $VIRTUAL_ENV, then "
         "$CONDA_PREFIX.",
         show_default=False,
+        callback=_not_an_option,
     ),
 ]
 Python = Annotated[
@@ -110,6 +125,7 @@ Python = Annotated[
         metavar="PATH",
         help="A target interpreter, instead of or beside --venv.",
         show_default=False,
+        callback=_not_an_option,
     ),
 ]
 PatchIds = Annotated[
@@ -166,6 +182,7 @@ CudaHome = Annotated[
         help="The CUDA toolkit the server runs (the folder holding bin/nvcc): the pre-flight "
         "judges its nvcc, not the one fi-patch's own environment finds.",
         show_default=False,
+        callback=_not_an_option,
     ),
 ]
 ServerEnv = Annotated[
@@ -177,6 +194,7 @@ ServerEnv = Annotated[
         "pre-flight finds nvcc by its CUDA_HOME, CUDA_PATH and PATH (systemd's default PATH "
         "where it sets none), as the server will.",
         show_default=False,
+        callback=_not_an_option,
     ),
 ]
 Quiet = Annotated[
