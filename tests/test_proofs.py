@@ -403,7 +403,7 @@ def test_check_verify_leaves_the_target_as_it_was(runner: CliRunner, venv_with: 
     assert snapshot() == patched
 
 
-def test_a_proof_that_fails_before_the_patch_is_one_line_unless_verbose(
+def test_a_proof_that_fails_before_the_patch_is_its_summary_unless_verbose(
     runner: CliRunner, venv_with: MakeVenv
 ) -> None:
     venv = venv_with("0.7.4")

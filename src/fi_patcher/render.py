@@ -197,13 +197,13 @@ def _verdict(report: ProofReport, state: State) -> str:
 def proof(
     out: Console, label: str, report: ProofReport, *, details: bool = True, notes: bool = False
 ) -> None:
-    """One proof, on one line; a failure's own error text under it when `details` (a proof
-    expected to fail, before the patch, shows it only with -v), and a green proof's notes (the
-    declarations left as they are, say) when `notes` (-v)."""
+    """One proof: its summary, wrapped between words; a failure's own error text under it, as
+    it is, when `details` (a proof expected to fail, before the patch, shows it only with -v),
+    and a green proof's notes (the declarations left as they are, say) when `notes` (-v)."""
     style = "green" if report.passed else "bold red"
     if report.mode == "before" and not report.passed:
         style = "yellow"
-    out.print(Text(f"{label}: {report.summary}", style=style))
+    _wrapped(out, f"{label}: {report.summary}", "", hang="  ", style=style)
     if (not report.passed and details) or (report.passed and notes):
         for line in report.details:
             out.print(Text("  " + line, style="dim"))
@@ -225,7 +225,9 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
                 diff(out, file.diff)
         for patch in result.patches:
             if patch.before is not None:
-                out.print(f"{patch.state.patch.id} before: {patch.before.summary}")
+                _wrapped(
+                    out, f"{patch.state.patch.id} before: {patch.before.summary}", "", hang="  "
+                )
             if patch.after is not None:
                 label = f"{patch.state.patch.id} after"
                 proof(out, label, patch.after, notes=verbosity.verbose)
