@@ -180,9 +180,9 @@ def _reverted_file(
     remaining = tuple(p.id for p in file.remaining)
     if settlement == "committed":
         message = (
-            f"rebuilt {path} from its original with {', '.join(remaining)}"
+            f"rebuilt {relpath} from its original with {', '.join(remaining)}"
             if remaining
-            else file.message or f"restored the original bytes of {path}"
+            else file.message or f"restored the original bytes of {relpath}"
         )
         return FileOutcome(relpath, path, "reverted", remaining, message)
     if settlement == "rolled-back":
