@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -15,6 +16,7 @@ from fi_patcher.registry import load_patches
 from tests.conftest import MakeVenv
 from tests.support.cli import Run, fi_patch, patch_result
 from tests.support.tiers import SLOW
+from tests.support.venvs import target_file
 
 
 def test_version(runner: CliRunner) -> None:
@@ -78,7 +80,8 @@ def test_a_log_of_80_columns_never_breaks_a_path(venv_with: MakeVenv) -> None:
     lines = run.stdout.splitlines()
     assert lines.count("flashinfer/quantization/fp4_quantization.py") == 2, run.text
     # Only the lines that name a venv (its path is as long as pytest's folder makes it) are wider.
-    assert [line for line in lines if len(line) > 80 and str(first) not in line] == []
+    named = [line for line in lines if any(str(venv) in line for venv in (first, second))]
+    assert [line for line in lines if len(line) > 80 and line not in named] == []
     for venv in (first, second):
         assert sum(line.startswith(f"--venv {venv} ") for line in lines) == 1, run.text
     # The summary's results wrap between words within 80 columns, every patch id whole.
@@ -324,6 +327,9 @@ def test_an_option_without_its_value_shows_the_usage(runner: CliRunner) -> None:
         pytest.param(("check", "--venv", "--json"), id="venv-then-json"),
         pytest.param(("apply", "--python", "-q"), id="python-then-quiet"),
         pytest.param(("check", "--cuda-home", "--verbose"), id="cuda-home-then-verbose"),
+        pytest.param(("check", "--venv", "--help"), id="venv-then-help"),
+        pytest.param(("check", "--venv", "-qv"), id="venv-then-short-flags"),
+        pytest.param(("apply", "--venv", "--timeout=3"), id="venv-then-option-with-value"),
     ],
 )
 def test_an_option_taken_as_a_paths_value_is_a_usage_error(
@@ -334,8 +340,20 @@ def test_an_option_taken_as_a_paths_value_is_a_usage_error(
     run = fi_patch(runner, *arguments)
     assert run.code == ExitCode.USAGE, run.text
     assert run.stderr.startswith(f"Usage: fi-patch {arguments[0]} [OPTIONS]\n"), run.stderr
-    assert f"{arguments[2]} is an option" in run.text
+    assert f"{arguments[2]} looks like an option" in run.text
     assert f"give {arguments[1]} its" in run.text
+
+
+def test_a_path_named_like_an_option_is_still_a_path(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder that is there is taken, whatever its name: `--venv ./--json` names one (here
+    not a Python environment, exit 5)."""
+    (tmp_path / "--json").mkdir()
+    monkeypatch.chdir(tmp_path)
+    run = fi_patch(runner, "check", "--venv", "./--json")
+    assert run.code == ExitCode.ENVIRONMENT, run.text
+    assert "is not a Python environment" in run.text
 
 
 @pytest.mark.parametrize(
@@ -360,6 +378,28 @@ def test_fi_patchs_own_usage_errors_show_the_usage_too(
     as_json = fi_patch(runner, "--json", *arguments)
     assert as_json.code == ExitCode.USAGE and "Usage:" not in as_json.stdout + as_json.stderr
     assert json.loads(as_json.stdout)["error"]["kind"] == "UsageError"
+
+
+@pytest.mark.parametrize("environment", EIGHTY)
+def test_a_reason_naming_a_long_path_keeps_it_whole_at_80_columns(
+    venv_with: MakeVenv, environment: dict[str, str]
+) -> None:
+    """A drifted file's reason names its absolute path, longer than a line here: the reason
+    wraps around it, and the path stands whole on a line of its own, to copy."""
+    venv = venv_with("0.7.4")
+    only = ("--patch", "cuda-version-torch-first")
+    assert fi_patch(_at(environment), "apply", "--venv", venv, *only, "--no-verify").code == 0
+    changed = target_file(venv)
+    changed.write_bytes(changed.read_bytes() + b"# a line of the user's\n")
+    assert len(str(changed)) > 80
+    run = fi_patch(_at(environment), "check", "--venv", venv, *only)
+    assert run.code == ExitCode.DRIFTED, run.text
+    lines = _plain_lines(run, stderr=False)
+    assert f"  {changed} changed since fi-patch wrote it" not in lines  # not cut, not folded
+    assert f"  {changed}" in lines, run.stdout
+    # The rest fits (the reason's "…" is its own: a sha256 shortened to 12 digits).
+    assert [x for x in lines if len(x) > 80 and str(venv) not in x] == [], run.stdout
+    assert [x for x in lines if x != x.rstrip()] == [], run.stdout
 
 
 @pytest.mark.parametrize("environment", EIGHTY)
@@ -390,4 +430,5 @@ def test_check_at_80_columns_cuts_no_id_and_pads_no_row(
             file = line
     assert rows == len(patches), run.stdout
     for patch in patches:
-        assert sum(line.startswith(f"{patch}: ") for line in lines) == 1, patch
+        reasons = [x for x in lines if x.startswith(f"{patch}: ") and ": note: " not in x]
+        assert len(reasons) == 1, patch

@@ -141,6 +141,9 @@ def run_main(*arguments: str | Path, code: str | None = None) -> subprocess.Comp
             ("--json", "frobnicate"), "No such command 'frobnicate'", id="unknown-command"
         ),
         pytest.param(("check", "--json", "--venv"), "'--venv' requires an argument", id="no-value"),
+        pytest.param(
+            ("check", "--venv", "--json"), "--json looks like an option", id="json-as-the-value"
+        ),
         pytest.param(("check", "--json", "--timeout", "0.1"), "less than 1 second", id="bad-value"),
     ],
 )

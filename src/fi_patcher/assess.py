@@ -419,6 +419,8 @@ def patch_state(patch: Patch, how: Fit, file: FileState | None, version: str) ->
                 f"; forced (apply --force) over a text fi-patch did not know, whose structure "
                 f"is shape {written.shape}'s"
             )
+        elif file.interrupted is None:
+            reason += f" (shape {written.shape})"
         return PatchState(patch, State.PATCHED, reason, how, patch.shape_named(written.shape), file)
     if file is not None and file.condition == "absent":
         return PatchState(patch, State.MISSING, file.reason, how, file=file)

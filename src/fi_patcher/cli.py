@@ -93,15 +93,14 @@ def _seconds(value: float) -> float:
 
 
 def _not_an_option(ctx: Any, parameter: Any, value: Any) -> Any:
-    """A path option's value that is another of the command's options (`check --venv --json`)
-    is the option given without its value, as click says of `check --venv`: not a path that
-    does not exist."""
-    options = {name for p in ctx.command.params for name in (*p.opts, *p.secondary_opts)}
+    """A path option's value that looks like an option and names nothing on disk
+    (`check --venv --json`, `--venv --help`, `--venv -qv`) is the option given without its
+    value, as click says of `check --venv`: not a path that does not exist (exit 5)."""
     for given in value if isinstance(value, list) else [value]:
-        if given is not None and str(given) in options:
+        if given is not None and str(given).startswith("-") and not os.path.lexists(given):
             raise typer.BadParameter(
-                f"{given} is an option, not a {parameter.metavar}: give {parameter.opts[0]} "
-                f"its {parameter.metavar} first"
+                f"{given} looks like an option, not a {parameter.metavar}: give "
+                f"{parameter.opts[0]} its {parameter.metavar} first"
             )
     return value
 

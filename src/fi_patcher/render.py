@@ -6,6 +6,7 @@ With `cli`, the only module that imports rich. Nothing here decides anything.
 from __future__ import annotations
 
 import contextlib
+import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -108,7 +109,7 @@ def check(out: Console, checked: Checked, verbosity: Verbosity) -> None:
             )
     _unbroken(out, table)
     for state in (state for states in grouped.values() for state in states):
-        _wrapped(out, f"{state.patch.id}: {_shaped(state)}", "", hang="  ", style="dim")
+        _wrapped(out, f"{state.patch.id}: {state.reason}", "", hang="  ", style="dim")
         if state.note:
             _wrapped(out, f"{state.patch.id}: note: {state.note}", "", hang="  ", style="cyan")
         report = reports.get(state.patch.id)
@@ -125,15 +126,6 @@ def _by_file(states: Sequence[PatchState]) -> dict[str, list[PatchState]]:
     for state in states:
         grouped.setdefault(state.patch.target, []).append(state)
     return grouped
-
-
-def _shaped(state: PatchState) -> str:
-    """The patch's reason, naming the shape fi-patch took its function for where the reason
-    does not already."""
-    shape = state.shape
-    if shape is None or f"shape {shape.name}" in state.reason:
-        return state.reason
-    return f"{state.reason} (shape {shape.name})"
 
 
 def _nvcc(out: Console, facts: Preflight | None) -> None:
@@ -366,13 +358,13 @@ def _wrapped(
     out: Console, text: str, head: str, *, hang: str | None = None, style: str = ""
 ) -> None:
     """`head` then `text`, wrapped between words at the console's width, each further line
-    indented by `hang` (under the first, by default); a word longer than a line is folded,
-    never cut; no line ends in spaces."""
+    indented by `hang` (under the first, by default). A word longer than a line (a path) stands
+    whole on a line of its own, never cut or folded; no line ends in spaces."""
     hang = " " * len(head) if hang is None else hang
     width = max(out.width - max(len(head), len(hang)), 20)
-    for number, line in enumerate(Text(text, style=style).wrap(out, width, overflow="fold")):
-        line.rstrip()
-        out.print(Text(head if number == 0 else hang) + line)
+    lines = textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
+    for number, line in enumerate(lines or [""]):
+        out.print(Text(head if number == 0 else hang) + Text(line, style=style))
 
 
 def result(out: Console, result: Result, verbosity: Verbosity) -> None:
