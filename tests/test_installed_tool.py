@@ -56,7 +56,7 @@ def test_wheel_ships_the_patches_and_runs(installed_tool: Path, tmp_path: Path) 
         *BOUNDARIES,
     ]
     assert [s["name"] for s in patches[0]["shapes"]] == ["A", "B"]
-    # The target runs these by their paths (`python -I -B .../in_target/probe.py`).
+    # The target runs these by their paths (`python -I -Xutf8 -B .../in_target/probe.py`).
     (scripts,) = installed_tool.glob("lib/python3*/site-packages/fi_patcher/in_target")
     for name in ("probe.py", "imports.py", "preflight.py", "compiles.py", "prove.py"):
         assert (scripts / name).is_file(), name

@@ -198,9 +198,9 @@ def run_script(
     isolated: bool = True,
 ) -> dict[str, Any]:
     """Run one of the scripts in `fi_patcher/in_target/` in `python` (`-I`: no user site, no
-    PYTHON* variables, not the script's folder on sys.path, unless not `isolated`; `-B`: no
-    bytecode written) and return its framed JSON answer; a script that exits non-zero or prints
-    no answer is an error."""
+    PYTHON* variables, not the script's folder on sys.path, unless not `isolated`; `-Xutf8`:
+    UTF-8 whatever the locale; `-B`: no bytecode written) and return its framed JSON answer; a
+    script that exits non-zero or prints no answer is an error."""
     flags = ["-I", UTF8, "-B"] if isolated else [UTF8, "-B"]
     with script_file(name) as path:
         completed = run_target(
