@@ -109,9 +109,9 @@ def check(out: Console, checked: Checked, verbosity: Verbosity) -> None:
             )
     _unbroken(out, table)
     for state in (state for states in grouped.values() for state in states):
-        _wrapped(out, f"{state.patch.id}: {state.reason}", "", hang="  ", style="dim")
+        _paragraph(out, f"{state.patch.id}: {state.reason}", style="dim")
         if state.note:
-            _wrapped(out, f"{state.patch.id}: note: {state.note}", "", hang="  ", style="cyan")
+            _paragraph(out, f"{state.patch.id}: note: {state.note}", style="cyan")
         report = reports.get(state.patch.id)
         if report is not None:
             label = f"{state.patch.id} proof ({report.mode} the patch)"
@@ -195,7 +195,7 @@ def proof(
     style = "green" if report.passed else "bold red"
     if report.mode == "before" and not report.passed:
         style = "yellow"
-    _wrapped(out, f"{label}: {report.summary}", "", hang="  ", style=style)
+    _paragraph(out, f"{label}: {report.summary}", style=style)
     if (not report.passed and details) or (report.passed and notes):
         for line in report.details:
             out.print(Text("  " + line, style="dim"))
@@ -217,9 +217,7 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
                 diff(out, file.diff)
         for patch in result.patches:
             if patch.before is not None:
-                _wrapped(
-                    out, f"{patch.state.patch.id} before: {patch.before.summary}", "", hang="  "
-                )
+                _paragraph(out, f"{patch.state.patch.id} before: {patch.before.summary}")
             if patch.after is not None:
                 label = f"{patch.state.patch.id} after"
                 proof(out, label, patch.after, notes=verbosity.verbose)
@@ -352,6 +350,11 @@ def catalog(out: Console, patches: Sequence[Patch]) -> None:
             out.print(f"  nothing to patch ({span(exemption.versions)})")
             _wrapped(out, exemption.reason, "    ")
         out.print("")
+
+
+def _paragraph(out: Console, text: str, *, style: str = "") -> None:
+    """`text` (a reason, a proof's summary) wrapped, each further line indented by two spaces."""
+    _wrapped(out, text, "", hang="  ", style=style)
 
 
 def _wrapped(
