@@ -186,6 +186,11 @@ def _script(name: str) -> Traversable:
     return resources.files("fi_patcher.in_target").joinpath(*name.split("/"))
 
 
+_UTF8 = "-Xutf8"
+"""Every in-target script reads and writes UTF-8 whatever the locale: as a flag, since -I
+ignores PYTHONUTF8 (which run_target still sets, for what the scripts start)."""
+
+
 def run_script(
     python: Path,
     name: str,
@@ -201,7 +206,7 @@ def run_script(
     PYTHON* variables, not the script's folder on sys.path, unless not `isolated`; `-Xutf8`:
     UTF-8 whatever the locale; `-B`: no bytecode written) and return its framed JSON answer; a
     script that exits non-zero or prints no answer is an error."""
-    flags = ["-I", UTF8, "-B"] if isolated else [UTF8, "-B"]
+    flags = ["-I", _UTF8, "-B"] if isolated else [_UTF8, "-B"]
     with script_file(name) as path:
         completed = run_target(
             python,
@@ -227,7 +232,7 @@ def compile_check(python: Path, source: bytes, filename: str, timeout: float) ->
     with script_file("compiles.py") as path:
         completed = run_target(
             python,
-            ["-I", "-S", UTF8, os.fspath(path), filename],
+            ["-I", "-S", _UTF8, os.fspath(path), filename],
             timeout=timeout,
             what="compile check",
             stdin=source,
@@ -237,11 +242,6 @@ def compile_check(python: Path, source: bytes, filename: str, timeout: float) ->
             f"the patched text of {filename} does not compile in {python}",
             details=_tail(completed.stderr),
         )
-
-
-UTF8 = "-Xutf8"
-"""Every in-target script reads and writes UTF-8 whatever the locale: as a flag, since -I
-ignores PYTHONUTF8 (which run_target still sets, for what the scripts start)."""
 
 
 def run_target(
