@@ -388,7 +388,8 @@ def test_a_reason_naming_a_long_path_keeps_it_whole_at_80_columns(
     wraps around it, and the path stands whole on a line of its own, to copy."""
     venv = venv_with("0.7.4")
     only = ("--patch", "cuda-version-torch-first")
-    assert fi_patch(_at(environment), "apply", "--venv", venv, *only, "--no-verify").code == 0
+    applied = fi_patch(_at(environment), "apply", "--venv", venv, *only, "--no-verify")
+    assert applied.code == ExitCode.OK, applied.text
     changed = target_file(venv)
     changed.write_bytes(changed.read_bytes() + b"# a line of the user's\n")
     assert len(str(changed)) > 80
