@@ -139,6 +139,26 @@ def test_a_drifted_host_fails_with_fi_patch_s_own_message(
         assert "changed since fi-patch wrote it" in said
 
 
+@SLOW
+def test_a_host_with_a_text_fi_patch_does_not_know_gets_every_other_patch(
+    venv_with: MakeVenv, dist: Path, tmp_path: Path
+) -> None:
+    """0.7.1rc1, whose mm_fp4 fi-patch has never seen (fi-patch exits 16): the host is changed,
+    not failed, and the left-out patch is in the task's output and among its warnings."""
+    venv = venv_with("0.7.1rc1")
+    tool = tmp_path / "fi-patch-home"
+    code, output = playbook(venv, tool, dist)
+    assert code == 0, output
+    assert recap(output)["failed"] == 0 and recap(output)["changed"] >= 2
+    said = " ".join(output.split())
+    assert "cuda-version-torch-first applied, " in said
+    assert "op-mm-fp4 left-out, " in said
+    assert "[WARNING]: op-mm-fp4 left out: the text of mm_fp4 is not one fi-patch knows" in said
+    code, output = playbook(venv, tool, dist)
+    assert code == 0, output
+    assert (recap(output)["changed"], recap(output)["failed"]) == (0, 0)
+
+
 @pytest.mark.parametrize("wheels", [0, 2], ids=["no-wheel", "two-wheels"])
 def test_a_dist_without_one_wheel_stops_before_any_host(
     venv_with: MakeVenv, tmp_path: Path, wheels: int

@@ -17,8 +17,9 @@ description:
     C(fi-patch apply --dry-run --json) instead, which writes nothing, and reports changed when a
     write would happen. In diff mode it returns fi-patch's unified diff of each file.
   - Fails with fi-patch's own message and remedy on any refusal or failed proof. A patch
-    fi-patch leaves out (a CPU torch for get_cuda_version, a torch too old for a patch) is
-    reported as C(left-out) in C(actions) and in the warnings, and changes nothing.
+    fi-patch leaves out (a CPU torch for get_cuda_version, a torch too old for a patch, or a
+    function text fi-patch does not know, exit 16, while it applies every other) is reported
+    as C(left-out) in C(actions) and in the warnings, and changes nothing.
 options:
   fi_patch:
     description: The fi-patch executable on the host (fi-patch lives in an environment of its own).
@@ -52,6 +53,9 @@ fi_patch:
 """
 
 WRITES = ("applied", "would-apply", "rewritten", "would-rewrite", "finished")
+LEFT_OUT_UNKNOWN = 16
+"""fi-patch applied every patch it knows and left out one whose function it does not know: done,
+with that patch among the warnings."""
 
 
 def main() -> None:
@@ -78,7 +82,7 @@ def main() -> None:
     # A usage error or a bug has no results; a target that failed is its one result.
     results = document.get("results") or [document]
     error = results[0].get("error")
-    if rc != 0 or error:
+    if rc not in (0, LEFT_OUT_UNKNOWN) or error:
         message = error["message"] if error else f"exit {rc}"
         remedy = f" Fix: {error['remedy']}" if error and error.get("remedy") else ""
         module.fail_json(msg=f"fi-patch exit {rc}: {message}.{remedy}", rc=rc, fi_patch=document)
