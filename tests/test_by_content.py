@@ -4,8 +4,9 @@ Real pre-releases (0.6.0rc1 carries shape B of get_cuda_version and shape 0.6.0 
 fp4_quantize; 0.7.2rc6 carries 0.7.1's fp4_quantize) are patched, proven red before and green
 after, and reverted to RECORD's bytes, with a note that their version is in no range. A future
 release made from a real one (0.7.4's wheel rebuilt as 0.7.5) needs no change to the catalog;
-the same with a changed fp4_quantize docstring is `unknown` (exit 6): `apply` refuses it
-untouched, and `apply --force` writes, proves and reverts it.
+the same with a changed fp4_quantize docstring is `unknown`: `apply --patch` naming it refuses
+it untouched (exit 6), `apply` leaves it out and applies the others (exit 16), and
+`apply --force` writes, proves and reverts it.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from typer.testing import CliRunner
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result, states_of
-from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.expected import PATCHES, files_of
 from tests.support.hashes import function_hashes
-from tests.support.relabel import docstring_changed, relabelled
+from tests.support.relabel import docstring_changed, relabelled, venv_of
 from tests.support.releases import (
     BMM_FP8,
     BOUNDARIES,
@@ -45,7 +45,7 @@ from tests.support.releases import (
     released_text,
 )
 from tests.support.tiers import SLOW
-from tests.support.venvs import create_venv, pip, record_sha256, site_packages
+from tests.support.venvs import pip, record_sha256, site_packages
 
 PRE_RELEASES = {
     "0.6.0rc1": (
@@ -125,18 +125,11 @@ def future(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def _venv_of(wheel: Path, path: Path) -> Path:
-    venv = create_venv(path)
-    pip(venv, "install", "--no-deps", "--no-index", str(wheel))
-    use(venv, shared(CUDA_TORCH))
-    return venv
-
-
 @SLOW
 def test_a_future_release_with_known_functions_needs_no_catalog_change(
     runner: CliRunner, future: dict[str, Path], tmp_path: Path
 ) -> None:
-    venv = _venv_of(future["same"], tmp_path / "venv-0.7.5")
+    venv = venv_of(future["same"], tmp_path / "venv-0.7.5")
     assert _unchanged(venv, TARGET, FP4)
     states, code = states_of(runner, venv)
     assert (states[CUDA], states[UNDER_COMPILE], code) == ("pristine", "pristine", 3)
@@ -159,22 +152,23 @@ def test_a_future_release_with_known_functions_needs_no_catalog_change(
 def test_a_changed_docstring_is_unknown_and_force_lets_the_proof_decide(
     runner: CliRunner, future: dict[str, Path], tmp_path: Path
 ) -> None:
-    venv = _venv_of(future["changed"], tmp_path / "venv-0.7.5")
+    venv = venv_of(future["changed"], tmp_path / "venv-0.7.5")
     assert _unchanged(venv, TARGET, FP4), "RECORD lists the bytes this build has"
     fp4 = site_packages(venv) / FP4
     installed = fp4.read_bytes()
 
     checked = fi_patch(runner, "check", "--venv", venv, "--json")
-    assert checked.code == ExitCode.UNSUPPORTED
+    # apply would write the others, and leave fp4_quantize out.
+    assert checked.code == ExitCode.NEEDS_APPLY
     state = patch_result(checked.json, UNDER_COMPILE)
-    assert state["state"] == "unknown"
+    assert (state["state"], state["apply"], state["exit_code"]) == ("unknown", "left-out", 16)
     assert state["found"]["structure_matches"] == "0.7.4"
     hashes = function_hashes(installed.decode(), PATCHES[UNDER_COMPILE].function)
     assert hashes is not None and state["found"]["text_sha256"] == hashes[0]
     assert "apply --force" in state["reason"]
     assert patch_result(checked.json, CUDA)["state"] == "pristine"
 
-    refused = fi_patch(runner, "apply", "--venv", venv)
+    refused = fi_patch(runner, "apply", "--venv", venv, "--patch", UNDER_COMPILE)
     assert refused.code == ExitCode.UNSUPPORTED
     assert "the text of fp4_quantize is not one fi-patch knows" in refused.stderr
     assert "structure sha256: " + state["found"]["structure_sha256"] in refused.stderr
@@ -195,11 +189,17 @@ def test_a_changed_docstring_is_unknown_and_force_lets_the_proof_decide(
     # A reinstall puts the build's text back: wiped, and written again only with --force.
     pip(venv, "install", "--force-reinstall", "--no-deps", "--no-index", str(future["changed"]))
     wiped = fi_patch(runner, "check", "--venv", venv, "--json")
-    # check says what apply would do: refuse (6) without --force, not "needs apply" (3).
-    assert (patch_result(wiped.json, UNDER_COMPILE)["state"], wiped.code) == ("wiped", 6)
-    assert "apply --force" in patch_result(wiped.json, UNDER_COMPILE)["reason"]
-    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.UNSUPPORTED
+    # check says what apply would do: leave it out (16) without --force, write the others (3).
+    forced_again = patch_result(wiped.json, UNDER_COMPILE)
+    assert (forced_again["state"], forced_again["exit_code"], wiped.code) == ("wiped", 16, 3)
+    assert "apply --force" in forced_again["reason"]
+    named = fi_patch(runner, "apply", "--venv", venv, "--patch", UNDER_COMPILE, "--no-verify")
+    assert named.code == ExitCode.UNSUPPORTED
     assert fp4.read_bytes() == installed
+    rest = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
+    assert rest.code == ExitCode.LEFT_OUT_UNKNOWN, rest.stdout
+    assert patch_result(rest.json, UNDER_COMPILE)["action"] == "left-out"
+    assert fi_patch(runner, "check", "--venv", venv).code == ExitCode.LEFT_OUT_UNKNOWN
     again = fi_patch(runner, "apply", "--venv", venv, "--force")
     assert again.code == ExitCode.OK, again.text
 
@@ -230,10 +230,11 @@ def test_a_patch_added_beside_a_forced_one_rebuilds_the_file(
     wheel = relabelled(
         fetch(RELEASES["0.7.0"]), "0.7.0", "0.7.5", tmp_path, {FP4: _comment_in_the_op}
     )
-    venv = _venv_of(wheel, tmp_path / "venv-0.7.5")
+    venv = venv_of(wheel, tmp_path / "venv-0.7.5")
     installed = (site_packages(venv) / FP4).read_bytes()
     states, code = states_of(runner, venv)
-    assert (states[FORWARDING], states[UNDER_COMPILE], code) == ("unknown", "pristine", 6)
+    # fp4_quantize's patch requires the forwarding one, left out unless it is forced.
+    assert (states[FORWARDING], states[UNDER_COMPILE], code) == ("unknown", "left-out", 3)
     first = fi_patch(runner, "apply", "--venv", venv, "--force", "--patch", FORWARDING)
     assert first.code == ExitCode.OK, first.text
     rest = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")

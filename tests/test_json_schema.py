@@ -1,4 +1,4 @@
-"""Every command's --json output validates against docs/schema/output-v5.json."""
+"""Every command's --json output validates against docs/schema/output-v6.json."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.support.releases import UNDER_COMPILE
 from tests.support.tiers import SLOW
 
 SCHEMA = json.loads(
-    (Path(__file__).resolve().parents[1] / "docs" / "schema" / "output-v5.json").read_text()
+    (Path(__file__).resolve().parents[1] / "docs" / "schema" / "output-v6.json").read_text()
 )
 
 
@@ -77,7 +77,7 @@ def test_verification_output_validates(runner: CliRunner, venv_with: MakeVenv) -
 @pytest.mark.parametrize("broken", ["state", "exit_code"])
 def test_schema_rejects_what_fi_patch_never_prints(broken: str) -> None:
     document: dict[str, Any] = {
-        "schema": 5,
+        "schema": 6,
         "command": "check",
         "fi_patch_version": "0.5.0",
         "exit_code": 0,
@@ -105,6 +105,7 @@ def test_schema_rejects_what_fi_patch_never_prints(broken: str) -> None:
                         "forced": False,
                         "apply": "nothing",
                         "refusal": None,
+                        "evidence": None,
                         "exit_code": 0,
                     }
                 ],

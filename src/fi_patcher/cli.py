@@ -19,7 +19,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from fi_patcher import __version__, documents, render
 from fi_patcher.environment import PROBE_TIMEOUT
-from fi_patcher.errors import ExitCode, FiPatchError, Internal, UsageError
+from fi_patcher.errors import ExitCode, FiPatchError, Internal, UsageError, worst
 from fi_patcher.model import PatchSet
 from fi_patcher.options import unproven_force
 from fi_patcher.proofs import VERIFY_TIMEOUT
@@ -495,7 +495,7 @@ def _run_targets(
             opened = _each([(spec, opening(spec, named[spec])) for spec in specs])
             kept, notes = _once(specs, opened)
             results = _each([(spec, working(target, named[spec])) for spec, target in kept])
-        code = max(int(r.exit_code) for r in results)
+        code = int(worst(r.exit_code for r in results))
         if as_json:
             documented = [documents.result(r) for r in results]
             out.print_json(data=documents.envelope(command, documented, code, notes))

@@ -57,19 +57,27 @@ class Decision:
     @property
     def verdicts(self) -> dict[str, ApplyVerdict]:
         """What apply would do with each chosen patch, by id."""
-        return {s.patch.id: ApplyVerdict(_WOULD[s.action], s.refusal) for s in self.plan.steps}
+        return {
+            s.patch.id: ApplyVerdict(_WOULD[s.action], s.refusal, s.unknown)
+            for s in self.plan.steps
+        }
 
     @property
     def states(self) -> tuple[PatchState, ...]:
         """Each patch's state as check tells it: a patch apply would leave out is `left-out`,
-        with the reason, whatever its file holds."""
-        left = {s.patch.id: s.reason for s in self.plan.steps if s.action == "left-out"}
-        return tuple(
-            replace(s, state=State.LEFT_OUT, reason=f"left out: {left[s.patch.id]}")
-            if s.patch.id in left
-            else s
-            for s in self.inspection.assessment.patches
-        )
+        with the reason, whatever its file holds; one left out for want of knowledge keeps the
+        state that says so (`unknown`, or `wiped` over a text fi-patch forced)."""
+        left = {s.patch.id: s for s in self.plan.steps if s.action == "left-out"}
+        return tuple(_told(s, left.get(s.patch.id)) for s in self.inspection.assessment.patches)
+
+
+def _told(state: PatchState, left: Step | None) -> PatchState:
+    if left is None:
+        return state
+    reason = f"left out: {left.reason}"
+    if left.unknown is not None:
+        return replace(state, reason=reason)
+    return replace(state, state=State.LEFT_OUT, reason=reason)
 
 
 def decide(

@@ -1,4 +1,4 @@
-"""The `--json` documents (schema 5, docs/json.md): plain dicts built from result values.
+"""The `--json` documents (schema 6, docs/json.md): plain dicts built from result values.
 
 Pure: nothing here prints, decides or imports typer or rich; every exit code and status comes
 from the result itself.
@@ -19,7 +19,7 @@ from fi_patcher.proofs import Preflight, ProofReport
 from fi_patcher.registry import span
 from fi_patcher.results import Checked, Failed, Outcome, PatchOutcome, Result
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def envelope(
@@ -82,6 +82,7 @@ def check_result(checked: Checked) -> dict[str, Any]:
             **_patch_state(state, assessment.installed),
             "apply": verdict.would if verdict is not None else "nothing",
             "refusal": error_json(verdict.refusal) if verdict and verdict.refusal else None,
+            "evidence": error_json(verdict.unknown) if verdict and verdict.unknown else None,
             "exit_code": int(checked.code_of(state)),
         }
         if report is not None:
@@ -241,6 +242,8 @@ def _patch_outcome(outcome: PatchOutcome, installed: Installed | None) -> dict[s
     document = {**_patch_state(outcome.state, installed), "action": outcome.action}
     if outcome.message:
         document["message"] = outcome.message
+    if outcome.unknown is not None:
+        document["evidence"] = error_json(outcome.unknown)
     proofs = {
         mode: proof_json(report)
         for mode, report in (("before", outcome.before), ("after", outcome.after))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Self
 
 
@@ -50,6 +50,10 @@ class ExitCode(enum.IntEnum):
     """torch is not installed in the target environment."""
     REQUIREMENT = 15
     """A patch named with --patch needs what the target lacks: a newer torch, or another patch."""
+    LEFT_OUT_UNKNOWN = 16
+    """Done, but a patch was left out for want of knowledge: its function's text is none fi-patch
+    knows (a gap in fi-patch, where a CPU torch, left out with 0, is a fact of the host). check:
+    apply would write nothing, and would leave it out."""
     INTERRUPTED = 130
     """Stopped by SIGINT (Ctrl-C): every file is put back, committed, or stranded with its backup,
     and the report says which (128 + the signal's number, as a shell reports it)."""
@@ -77,12 +81,24 @@ class FiPatchError(Exception):
         return other
 
 
+def severity(code: ExitCode) -> float:
+    """How grave a code is, to choose the one that speaks for several: a patch left out for want
+    of knowledge ranks just above OK and below everything else (a target that needs apply, or
+    refuses, says so first); the others by number."""
+    return 0.5 if code is ExitCode.LEFT_OUT_UNKNOWN else float(code)
+
+
+def worst(codes: Iterable[ExitCode]) -> ExitCode:
+    """The gravest of `codes` (OK where there are none)."""
+    return max(codes, key=severity, default=ExitCode.OK)
+
+
 def gravest(errors: Sequence[FiPatchError]) -> FiPatchError | None:
     """The refusal with the highest exit code (the first of those), the others named in its
     details, each once."""
     if not errors:
         return None
-    first = max(errors, key=lambda e: e.exit_code)
+    first = max(errors, key=lambda e: severity(e.exit_code))
     others = dict.fromkeys(
         f"also refused: {e.message}" for e in errors if e.message != first.message
     )
@@ -105,6 +121,14 @@ class NotInstalled(FiPatchError):
 
 class Unsupported(FiPatchError):
     exit_code = ExitCode.UNSUPPORTED
+
+
+class UnknownLeftOut(FiPatchError):
+    """Never raised: the evidence a patch left out for want of knowledge carries (the text found,
+    its hashes, the shape `--force` would write). `--patch` naming it refuses with `Unsupported`
+    and the same details."""
+
+    exit_code = ExitCode.LEFT_OUT_UNKNOWN
 
 
 class Drifted(FiPatchError):

@@ -114,7 +114,7 @@ def _applied_patch(
             message = _UNREACHED if step.action == "finish" else ""
     before = done.before.get(step.patch.id) if done else None
     after = done.after.get(step.patch.id) if done else None
-    return PatchOutcome(state, action, message, before, after)
+    return PatchOutcome(state, action, message, before, after, step.unknown)
 
 
 def reverted(

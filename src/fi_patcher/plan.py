@@ -19,6 +19,7 @@ from fi_patcher.errors import (
     FiPatchError,
     LayoutProblem,
     RequirementUnmet,
+    UnknownLeftOut,
     Unsupported,
     gravest,
 )
@@ -66,6 +67,9 @@ class Step:
     """For add: the shape whose change is written (under --force, the one it matches by
     structure)."""
     refusal: FiPatchError | None = None
+    unknown: UnknownLeftOut | None = None
+    """For left-out: its function's text is none fi-patch knows (a gap in fi-patch, exit 16),
+    with the evidence the refusal of `--patch` naming it would give."""
 
     @property
     def writes(self) -> bool:
@@ -129,13 +133,14 @@ def plan_apply(
     judgement: Judgement | None = None,
 ) -> ApplyPlan:
     """The step for every chosen patch, and the files to write. A patch is refused where its
-    file is drifted, its function a text fi-patch does not know (without --force, or without a
-    known shape of the same structure), or the pre-flight's `judgement` refuses it; left out
-    where the judgement says so, or where a patch it requires is left out."""
+    file is drifted, or the pre-flight's `judgement` refuses it; left out where the judgement
+    says so, or where a patch it requires is left out. A function whose text fi-patch does not
+    know (without --force, or without a known shape of the same structure) is left out, with its
+    evidence, unless `--patch` names it: then it is refused."""
     assert assessment.installed is not None
     installed = assessment.installed
     judged = judgement or Judgement()
-    steps = [_step(state, installed, force, judged) for state in assessment.patches]
+    steps = [_step(state, installed, force, judged, chosen) for state in assessment.patches]
     planned = _requirements(steps, assessment, chosen)
     files = _files(planned, assessment)
     return ApplyPlan(
@@ -165,7 +170,9 @@ def _refreshed(steps: list[Step], files: Sequence[FilePlan]) -> list[Step]:
     return planned
 
 
-def _step(state: PatchState, installed: Installed, force: bool, judged: Judgement) -> Step:
+def _step(
+    state: PatchState, installed: Installed, force: bool, judged: Judgement, chosen: PatchSet
+) -> Step:
     patch, file = state.patch, state.file
     if state.state is State.NOT_APPLICABLE:
         return Step(patch, "not-applicable", state.reason)
@@ -176,6 +183,14 @@ def _step(state: PatchState, installed: Installed, force: bool, judged: Judgemen
     step = _adding(state, force)
     if step is None:
         refused = refusal(state, installed)
+        if isinstance(refused, Unsupported) and not chosen.explicit:
+            # One text fi-patch has never seen must not hold back the patches it knows.
+            unknown = UnknownLeftOut(
+                f"{patch.id} left out: {state.reason}",
+                remedy=refused.remedy,
+                details=refused.details,
+            )
+            return Step(patch, "left-out", state.reason, unknown=unknown)
         return Step(patch, "refuse", refused.message, refusal=refused)
     if patch.id in judged.refused:
         refused = judged.refused[patch.id]
@@ -230,6 +245,9 @@ def _requirements(steps: list[Step], assessment: Assessment, chosen: PatchSet) -
 def _files(steps: Sequence[Step], assessment: Assessment) -> list[FilePlan]:
     registry = load_patches()
     required = {r for s in steps if s.action == "add" for r in s.patch.requires.patches}
+    # A patch the record names but apply leaves out (wiped by a reinstall, and now unknown or
+    # unfit) is not written back with the others.
+    left = {s.patch.id for s in steps if s.action == "left-out"}
     plans = []
     for relpath, file in assessment.files.items():
         adding = [s for s in steps if s.action == "add" and s.patch.target == relpath]
@@ -240,7 +258,7 @@ def _files(steps: Sequence[Step], assessment: Assessment) -> list[FilePlan]:
         )
         if not adding and not finishing and not refresh:
             continue
-        held = set(file.applied) | {s.patch.id for s in adding}
+        held = (set(file.applied) - left) | {s.patch.id for s in adding}
         patches = tuple(replace(p, target=relpath) for p in registry if p.id in held)
         shapes = recorded_shapes(file.record, patches) | {
             s.patch.id: s.shape for s in adding if s.shape is not None

@@ -146,31 +146,40 @@ def _would(checked: Checked, state: PatchState) -> Text:
     text = _WOULD[verdict.would]
     if verdict.refusal is not None:
         return Text(f"{text} ({int(verdict.exit_code)})", style="bold red")
+    if verdict.unknown is not None:
+        return Text(f"{text} ({int(verdict.exit_code)})", style="bold yellow")
     return Text(text, style="yellow" if verdict.would == "write" else "")
 
 
 def _refused(checked: Checked, state: PatchState) -> str:
     verdict = checked.verdicts.get(state.patch.id)
+    if verdict is not None and verdict.unknown is not None:
+        return f"; apply leaves it out ({int(verdict.exit_code)})"
     if verdict is None or verdict.refusal is None:
         return ""
     return f"; apply refuses it ({int(verdict.exit_code)})"
 
 
 def _refusal(out: Console, checked: Checked, verbosity: Verbosity) -> None:
-    """What apply would stop on, as apply would say it."""
-    refused = checked.refusal
-    if refused is None:
-        return
+    """What apply would stop on, as apply would say it; before it, each patch apply would leave
+    out for want of knowledge, with its evidence."""
     err = console(stderr=True)
-    err.print(
-        Text(f"apply would refuse (exit {int(refused.exit_code)}): ", style="bold red")
-        + Text(refused.message)
-    )
+    for verdict in checked.verdicts.values():
+        if verdict.unknown is not None:
+            _evidence(err, "apply would leave out", verdict.unknown, verbosity, "bold yellow")
+    if checked.refusal is not None:
+        _evidence(err, "apply would refuse", checked.refusal, verbosity, "bold red")
+
+
+def _evidence(
+    err: Console, head: str, said: FiPatchError, verbosity: Verbosity, style: str
+) -> None:
+    err.print(Text(f"{head} (exit {int(said.exit_code)}): ", style=style) + Text(said.message))
     if not verbosity.quiet:
-        for line in refused.details:
+        for line in said.details:
             err.print(Text("  " + line, style="dim"))
-    if refused.remedy:
-        err.print(Text("fix: ", style="bold yellow") + Text(refused.remedy))
+    if said.remedy:
+        err.print(Text("fix: ", style="bold yellow") + Text(said.remedy))
 
 
 def _verdict(report: ProofReport, state: State) -> str:
@@ -225,20 +234,7 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
         # -q shows no diff: only what would be applied, below.
         shown = "" if verbosity.quiet else "this diff would be applied; "
         out.print(Text(f"dry run: {shown}nothing was changed", style="yellow"))
-    said: set[str] = set()
-    for patch in result.patches:
-        if patch.action == "not-applicable" and not verbosity.verbose:
-            continue
-        style, message = _line(patch)
-        if patch.action == "nothing-to-revert":
-            # One line per reason, naming its patches: not the same sentence once per patch.
-            if patch.message in said:
-                continue
-            said.add(patch.message)
-            alike = [p.state.patch.id for p in result.patches if p.message == patch.message]
-            if patch.state.patch.id not in patch.message:
-                message = f"{patch.message} ({', '.join(alike)})"
-        out.print(Text(message, style=style))
+    _patch_lines(out, result, verbosity)
     _not_applicable(out, result, verbosity)
     for file in result.files:
         if file.backup is not None and not verbosity.quiet:
@@ -260,6 +256,28 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
             err.print(Text(f"  pid {running.pid} (since {running.started}): {running.command}"))
     if result.failure is not None:
         error(err, result.failure)
+
+
+def _patch_lines(out: Console, result: Outcome, verbosity: Verbosity) -> None:
+    """A line for each patch (those with nothing to do are named together, after); under -v, a
+    patch left out for want of knowledge shows its evidence."""
+    said: set[str] = set()
+    for patch in result.patches:
+        if patch.action == "not-applicable" and not verbosity.verbose:
+            continue
+        style, message = _line(patch)
+        if patch.action == "nothing-to-revert":
+            # One line per reason, naming its patches: not the same sentence once per patch.
+            if patch.message in said:
+                continue
+            said.add(patch.message)
+            alike = [p.state.patch.id for p in result.patches if p.message == patch.message]
+            if patch.state.patch.id not in patch.message:
+                message = f"{patch.message} ({', '.join(alike)})"
+        out.print(Text(message, style=style))
+        if patch.unknown is not None and verbosity.verbose:
+            for line in patch.unknown.details:
+                out.print(Text("  " + line, style="dim"))
 
 
 def _not_applicable(out: Console, result: Outcome, verbosity: Verbosity) -> None:

@@ -13,15 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from fi_patcher.errors import ExitCode, FiPatchError
+from fi_patcher.errors import ExitCode, FiPatchError, UnknownLeftOut, worst
 from fi_patcher.model import Assessment, PatchState
 from fi_patcher.options import Target
 from fi_patcher.processes import Running
 from fi_patcher.proofs import Preflight, ProofReport
 
 Status = Literal["ok", "partial", "error"]
-"""ok: done; partial: it ended in an error after changing something (the files say what);
-error: it changed nothing."""
+"""ok: done (a patch left out for want of knowledge included); partial: it ended in an error
+after changing something (the files say what); error: it changed nothing."""
 PatchAction = Literal[
     "applied",
     "would-apply",
@@ -69,6 +69,9 @@ class PatchOutcome:
     message: str = ""
     before: ProofReport | None = None
     after: ProofReport | None = None
+    unknown: UnknownLeftOut | None = None
+    """Left out for want of knowledge: the evidence (the text found, the shape --force would
+    write)."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,11 @@ class Outcome:
 
     @property
     def exit_code(self) -> ExitCode:
-        return self.failure.exit_code if self.failure is not None else ExitCode.OK
+        """What stopped the command; else 16 where a patch was left out for want of
+        knowledge; else 0."""
+        if self.failure is not None:
+            return self.failure.exit_code
+        return worst(p.unknown.exit_code for p in self.patches if p.unknown is not None)
 
     @property
     def status(self) -> Status:
@@ -128,13 +135,18 @@ class ApplyVerdict:
 
     would: Would
     refusal: FiPatchError | None = None
+    unknown: UnknownLeftOut | None = None
+    """Where apply would leave it out for want of knowledge: the evidence."""
 
     @property
     def exit_code(self) -> ExitCode:
         """check's code for it: 3 only where apply would write, the refusal's where it would
-        refuse, 0 where it would do nothing."""
+        refuse, 16 where it would leave it out for want of knowledge, 0 where it would do
+        nothing."""
         if self.refusal is not None:
             return self.refusal.exit_code
+        if self.unknown is not None:
+            return self.unknown.exit_code
         return ExitCode.NEEDS_APPLY if self.would == "write" else ExitCode.OK
 
 
@@ -164,15 +176,17 @@ class Checked:
     @property
     def exit_code(self) -> ExitCode:
         """What apply would exit with: the refusal it would stop on, else 3 where it would
-        write, else 0; a failed proof under --verify counts too."""
+        write, else 16 where it would leave a patch out for want of knowledge, else 0; a failed
+        proof under --verify counts too."""
         codes = [self.code_of(s) for s in self.assessment.patches]
         if self.refusal is not None:
             codes.append(self.refusal.exit_code)
-        return ExitCode(max(codes, default=ExitCode.OK))
+        return worst(codes)
 
     @property
     def status(self) -> Status:
-        return "ok" if self.exit_code == ExitCode.OK else "error"
+        done = (ExitCode.OK, ExitCode.LEFT_OUT_UNKNOWN)
+        return "ok" if self.exit_code in done else "error"
 
 
 @dataclass(frozen=True)

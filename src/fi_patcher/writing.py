@@ -101,6 +101,7 @@ def _decided(
 def _warnings(decision: Decision, interpreter: Interpreter, options: Options) -> tuple[str, ...]:
     installed = decision.inspection.assessment.installed
     left = tuple(f"{i} left out: {why}" for i, why in decision.judgement.left_out.items())
+    left += tuple(s.unknown.message for s in decision.plan.steps if s.unknown is not None)
     warnings = left + decision.judgement.warnings + copies(installed, interpreter, None)
     if not options.verify:
         warnings += ("verification skipped (--no-verify): nothing proves the patches work here",)

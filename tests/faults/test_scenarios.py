@@ -28,6 +28,7 @@ from tests.support.deps import CPU_TORCH, shared, use
 from tests.support.expected import expected
 from tests.support.releases import (
     ACTIVATION,
+    CUDA,
     FP4,
     FP8_QUANT,
     GEMM,
@@ -200,7 +201,7 @@ def test_torch_cpu_build(runner: CliRunner, venv_with: MakeVenv) -> None:
 # --- what is installed --------------------------------------------------------------------------
 
 
-def test_unknown_version_with_edited_function_is_refused_even_forced(
+def test_unknown_version_with_edited_function_is_refused_even_forced_where_named(
     runner: CliRunner, venv_with: MakeVenv
 ) -> None:
     venv = venv_with("0.6.0rc1")
@@ -210,9 +211,11 @@ def test_unknown_version_with_edited_function_is_refused_even_forced(
         .replace(b"return Version(matches[0])", b"return Version('1.0')")
     )
     _rerecord(venv, edited)
-    assert state_of(runner, venv) == ("unknown", ExitCode.UNSUPPORTED)
+    # apply would leave it out and write the others; named, it is refused.
+    assert state_of(runner, venv) == ("unknown", ExitCode.NEEDS_APPLY)
+    assert state_of(runner, venv, only=[CUDA]) == ("unknown", ExitCode.UNSUPPORTED)
     # --force runs the proofs (it cannot go with --no-verify): refused before them here.
-    run = fi_patch(runner, "apply", "--venv", venv, "--force")
+    run = fi_patch(runner, "apply", "--venv", venv, "--force", "--patch", CUDA)
     expect(
         run,
         ExitCode.UNSUPPORTED,
@@ -397,10 +400,15 @@ def test_cpp_ext_not_utf8(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.7.4")
     latin1 = released_text(RELEASES["0.7.4"]) + "# réglage local\n".encode("latin-1")
     _rerecord(venv, latin1)
-    run = _apply(runner, venv)
+    run = _apply(runner, venv, "--patch", CUDA)
     # RECORD lists these bytes: FlashInfer's own file, which fi-patch cannot read.
     expect(run, ExitCode.UNSUPPORTED, "is not UTF-8", "pip install --force-reinstall")
     assert target_file(venv).read_bytes() == latin1
+    # Unnamed, it is left out, and the others are written.
+    rest = _apply(runner, venv)
+    expect(rest, ExitCode.LEFT_OUT_UNKNOWN, f"{CUDA}: left out: ", "is not UTF-8")
+    assert target_file(venv).read_bytes() == latin1
+    assert fp4_file(venv).read_bytes() != released_text(RELEASES["0.7.4"], FP4)
 
 
 def test_crlf_line_endings_are_kept(runner: CliRunner, venv_with: MakeVenv) -> None:

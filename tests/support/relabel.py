@@ -11,7 +11,8 @@ import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from tests.support.venvs import record_row
+from tests.support.deps import CUDA_TORCH, shared, use
+from tests.support.venvs import create_venv, pip, record_row
 
 Edit = Callable[[bytes], bytes]
 
@@ -60,3 +61,34 @@ def docstring_changed(data: bytes) -> bytes:
     indent = " " * doc.col_offset
     lines.insert(doc.lineno, f"{indent}(This build carries a line of its own here.)\n")
     return "".join(lines).encode("utf-8")
+
+
+def statement_added(function: str) -> Edit:
+    """An edit that gives `function` one more statement (`pass`, first after its docstring): its
+    text and its structure change, and nothing else in the file. The function is the module's
+    top-level one, or, where a version check defines it twice (register_custom_op for an old
+    torch and for torch >= 2.4), the one in the `else` branch, which fi-patch patches."""
+
+    def edit(data: bytes) -> bytes:
+        text = data.decode("utf-8")
+        tree = ast.parse(text)
+        top = [*tree.body, *(s for n in tree.body if isinstance(n, ast.If) for s in n.orelse)]
+        (node,) = (n for n in top if isinstance(n, ast.FunctionDef) and n.name == function)
+        first = node.body[0]
+        documented = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+        after = node.body[1] if documented and len(node.body) > 1 else first
+        decorators = getattr(after, "decorator_list", [])
+        line = min([after.lineno, *(d.lineno for d in decorators)])
+        lines = text.splitlines(keepends=True)
+        lines.insert(line - 1, " " * after.col_offset + "pass\n")
+        return "".join(lines).encode("utf-8")
+
+    return edit
+
+
+def venv_of(wheel: Path, path: Path) -> Path:
+    """A venv at `path` holding `wheel`, installed by pip, with the shared CUDA build of torch."""
+    venv = create_venv(path)
+    pip(venv, "install", "--no-deps", "--no-index", str(wheel))
+    use(venv, shared(CUDA_TORCH))
+    return venv

@@ -115,6 +115,7 @@ UTILS_SHA256 = {
     "0.7.4": "84a5963f7a2f",
     "0.6.0rc1": "2a566482b8cf",
     "0.7.2rc6": "abc97f7494ce",
+    "0.7.1rc1": "7f7da22cf3b3",
 }
 
 
@@ -253,6 +254,22 @@ BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
         TOP_K_TOP_P: "0.6.14",
         TOP_P: "0.6.13",
     },
+    # 0.7.1's texts but for mm_fp4, whose text fi-patch has never seen (UNKNOWN_IN).
+    "0.7.1rc1": {
+        INTERLEAVE: "0.6.7",
+        BMM_FP8: "0.6.18",
+        GELU: "0.7.1",
+        GELU_TANH: "0.7.1",
+        MM_FP8: "0.7.0",
+        MXFP8: "0.6.12",
+        BATCHED: "0.7.1",
+        GROUPED: "0.7.1",
+        SILU: "0.7.1",
+        SILU_EXPERTS: "0.7.1",
+        TOP_K: "0.6.13",
+        TOP_K_TOP_P: "0.6.14",
+        TOP_P: "0.6.13",
+    },
     "0.7.2rc6": {
         INTERLEAVE: "0.7.2.post1",
         BMM_FP8: "0.6.18",
@@ -303,6 +320,7 @@ BOUNDARY_SHA256 = {
     "0.7.0": ("df3bc86b3ee8", "6ab2f4f8496b", "dea7eb0495f8", "ee6e25210280"),
     "0.7.1": ("39004c0b1229", "d8ea9f8f256b", "21f94d342a2d", "fca8a2ba3ef2"),
     "0.7.2rc6": ("39004c0b1229", "d926b7d9fdd9", "a77faf3930b7", "ce794984221a"),
+    "0.7.1rc1": ("39004c0b1229", "e0b06537052c", "21f94d342a2d", "fca8a2ba3ef2"),
     "0.7.4": ("e7d41e379f33", "2a4b3bc59bef", "f649208212cd", "b5e2e2cbbb85"),
 }
 
@@ -459,8 +477,19 @@ RELEASES = {
             {CUDA: "B", UNDER_COMPILE: "0.7.1"},
             {TARGET: "6cc6c732ac5b", FP4: "381d31faa7e6"},
         ),
+        # A real pre-release with one function fi-patch has never seen (UNKNOWN_IN).
+        Release(
+            "0.7.1rc1",
+            "wheel",
+            {CUDA: "B", UNDER_COMPILE: "0.7.1"},
+            {TARGET: "6cc6c732ac5b", FP4: "c3fa702c5637"},
+        ),
     )
 }
+
+UNKNOWN_IN = {"0.7.1rc1": (MM_FP4,)}
+"""The patches whose function a release holds in a text fi-patch has never seen: 0.7.1rc1's
+mm_fp4 has the structure of shape 0.7.1 and another text."""
 
 
 def release(version: str) -> Release:
