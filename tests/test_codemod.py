@@ -150,7 +150,9 @@ def test_under_compile_branch_follows_the_docstring(version: str) -> None:
     branch = node.body[1]
     assert isinstance(branch, ast.If)
     assert "torch.compiler.is_compiling()" in ast.unparse(branch.test)
-    assert "torch.ops.flashinfer.fp4_quantize" in ast.unparse(branch.body[0])
+    # A column-major input goes to the op transposed, as fp4_quantize itself transposes it.
+    assert ast.unparse(branch.body[0]) == "transposed = input.stride(-2) == 1"
+    assert "torch.ops.flashinfer.fp4_quantize" in ast.unparse(branch.body[1])
 
 
 @pytest.mark.parametrize(

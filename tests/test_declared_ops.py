@@ -125,17 +125,20 @@ def test_the_placed_code_carries_the_checked_declarations() -> None:
     assert all(n.lineno == n.end_lineno for n in strings), "a string spans lines"
 
 
-# After the patch, the module's rmsnorm implementation is FlashInfer's own function object (an
-# eager call has nothing in between), carrying the op Dynamo traces in its place; and importing
-# FlashInfer imports no Dynamo (which would cost every process seconds).
+# After the patch, the module's rmsnorm implementation is fi-patch's routing function, which
+# calls FlashInfer's own function object eagerly (with its name, signature and attributes), and
+# the op while compiling; and importing FlashInfer imports no Dynamo (which would cost every
+# process seconds).
 UNTOUCHED = """
-import json, sys, torch, flashinfer, flashinfer.utils
+import inspect, json, sys, torch, flashinfer, flashinfer.utils
 entry = flashinfer.utils._fi_patch_declared["flashinfer::rmsnorm"]
 module = sys.modules[entry.fn.__module__]
+routed = getattr(module, entry.fn.__name__)
 print(json.dumps({
-    "own": getattr(module, entry.fn.__name__) is entry.fn,
+    "routed": routed is entry.routed and routed.__name__ == entry.fn.__name__,
+    "signature": inspect.signature(routed) == inspect.signature(entry.fn),
     "file": entry.fn.__code__.co_filename.rsplit("site-packages/", 1)[-1],
-    "traced": entry.fn._torchdynamo_inline.__name__,
+    "traced": entry.traced.__name__,
     "dynamo imported": "torch._dynamo" in sys.modules,
 }))
 """
@@ -200,7 +203,8 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     assert after.code == ExitCode.OK, after.stdout
     if version == "0.7.4":
         assert in_target(venv, UNTOUCHED) == {
-            "own": True,
+            "routed": True,
+            "signature": True,
             "file": "flashinfer/norm/__init__.py",
             "traced": "traced",
             "dynamo imported": False,

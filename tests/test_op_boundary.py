@@ -174,8 +174,9 @@ def test_the_re_export_module_needs_no_change(
             "-I",
             "-c",
             "import flashinfer.fp4_quantization as old, flashinfer.quantization.fp4_quantization"
-            " as new, flashinfer; print(old.fp4_quantize is new.fp4_quantize is"
-            " flashinfer.fp4_quantize, hasattr(new.fp4_quantize, '_torchdynamo_inline'))",
+            " as new, flashinfer, flashinfer.utils as u; print(old.fp4_quantize is"
+            " new.fp4_quantize is flashinfer.fp4_quantize, new.fp4_quantize is"
+            " u._fi_patch_boundaries['flashinfer_fp4_quantize'].routed)",
         ],
         capture_output=True,
         text=True,
@@ -213,18 +214,19 @@ def test_proof_is_red_before_and_green_after(
 def test_a_torch_without_custom_op_leaves_the_patch_out(
     runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
 ) -> None:
-    """torch 2.3 has no torch.library.custom_op: the patch is left out whole, never half."""
+    """torch 2.7's torch.library.custom_op takes no tags (the stride contract): the patch is
+    left out whole, never half."""
     venv = venv_with("0.5.0")
-    use(venv, fake_torch(tmp_path / "old", "raise ImportError('old')\n", "2.3.1+cu130"))
+    use(venv, fake_torch(tmp_path / "old", "raise ImportError('old')\n", "2.7.1+cu126"))
     named = fi_patch(runner, "apply", "--venv", venv, *NAMED, "--no-verify")
     assert named.code == ExitCode.REQUIREMENT
-    assert f"{OP_BOUNDARY} needs torch >=2.4" in named.text, named.text
+    assert f"{OP_BOUNDARY} needs torch >=2.8" in named.text, named.text
     assert not (venv / ".fi-patch").exists()
 
     run = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--json")
     assert run.code == ExitCode.OK, run.stdout
     left = patch_result(run.json, OP_BOUNDARY)
-    assert left["action"] == "left-out" and "needs torch >=2.4" in left["message"]
+    assert left["action"] == "left-out" and "needs torch >=2.8" in left["message"]
     assert patch_result(run.json, CUDA)["action"] == "applied"
     assert (site_packages(venv) / FP4_OLD).read_bytes() == released_text(RELEASES["0.5.0"], FP4_OLD)
     assert target_file(venv).read_bytes() == expected("0.5.0").encode()

@@ -141,7 +141,11 @@ def test_registry_order_and_requirements() -> None:
     patches = load_patches()
     assert [p.id for p in patches] == list(ALL)
     assert PATCHES[OP_BOUNDARY].requires.patches == (DECLARED,)
-    assert str(PATCHES[OP_BOUNDARY].requires.torch) == ">=2.4"
+    # fi-patch's own ops carry tags (the stride contract, cudagraph_unsafe): custom_op takes
+    # them from torch 2.8. fp4_quantize's own op is FlashInfer's.
+    assert {str(PATCHES[p].requires.torch) for p in (OP_BOUNDARY, DECLARED, *BOUNDARIES)} == {
+        ">=2.8"
+    }
     assert PATCHES[UNDER_COMPILE].requires.patches == (FORWARDING,)
     assert str(PATCHES[UNDER_COMPILE].requires.torch) == ">=2.4"
     with pytest.raises(RegistryError, match="requires fp4-op-keyword-forwarding, which is not"):
@@ -192,3 +196,14 @@ def test_a_malformed_patch_is_refused(old: str, new: str, message: str) -> None:
     assert old in text
     with pytest.raises(RegistryError, match=message):
         parse_patch("edited.toml", text.replace(old, new, 1))
+
+
+def test_a_fake_named_replaced_needs_fi_patch_s_own() -> None:
+    """A [[declarations]] row that says FlashInfer's fake is wrong (fake_why) names an op whose
+    fake fi-patch's placed code holds; packbits' fake is right, and fi-patch has none for it."""
+    text = (resources.files("fi_patcher.patches") / f"{DECLARED}.toml").read_text()
+    row = 'op = "flashinfer::packbits"\n'
+    assert row in text
+    said = row + 'fake_why = "wrong"\n'
+    with pytest.raises(RegistryError, match="flashinfer::packbits: fake_why says its fake is"):
+        parse_patch("edited.toml", text.replace(row, said, 1))

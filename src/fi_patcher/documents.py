@@ -149,6 +149,7 @@ def patch_json(patch: Patch) -> dict[str, Any]:
             "out": boundary.out,
             "returns": boundary.returns,
             "check": boundary.check,
+            "uncapturable": dict(boundary.uncapturable),
         }
     return {
         "id": patch.id,

@@ -106,6 +106,12 @@ class Boundary:
     only: tuple[tuple[str, str], ...] = ()
     """The one value of each named parameter the op carries, where the function has it
     (`backend`: `cuda`): a traced call with another value traces the function's own body."""
+    uncapturable: tuple[tuple[str, str], ...] = ()
+    """The values that make a call's body one a CUDA graph cannot capture (`seed`: `none`, the
+    generator read on the host; `check_nan`: `true`, a host sync): such a call is the op
+    `fi_patch::OP_uncapturable`, tagged cudagraph_unsafe."""
+
+    UNCAPTURABLE = ("none", "true")
 
     kind = "op-boundary"
 
@@ -125,6 +131,11 @@ class Boundary:
             + (f",\n        types={self._dict(self.types)}" if self.types else "")
             + (f',\n        returns_when="{self.returns_when}"' if self.returns_when else "")
             + (f",\n        only={self._dict(self.only)}" if self.only else "")
+            + (
+                f",\n        uncapturable={self._dict(self.uncapturable)}"
+                if self.uncapturable
+                else ""
+            )
             + "\n    )\n"
         )
 
@@ -259,6 +270,9 @@ class Declaration:
     why: str
     """What the kernel was read to write."""
     reason: str = ""
+    fake_why: str = ""
+    """Where FlashInfer's declared fake is wrong, how: fi-patch's own fake for the op
+    (placed/declared_ops.py, `_fi_patch_declared_fakes`) stands in for it."""
 
     VERDICTS = ("right", "corrected", "left-out")
 

@@ -122,6 +122,7 @@ def _parse_operation(data: dict[str, Any], declarations: Sequence[Declaration]) 
             tuple(data.get("types", {}).items()),
             data.get("returns_when", ""),
             tuple(data.get("only", {}).items()),
+            tuple(data.get("uncapturable", {}).items()),
         )
     raise KeyError(f"operation kind {kind!r}")
 
@@ -137,11 +138,61 @@ def _parse_declaration(data: dict[str, Any]) -> Declaration:
         verdict=data["verdict"],
         why=data["why"],
         reason=data.get("reason", ""),
+        fake_why=data.get("fake_why", ""),
     )
 
 
-# The line of a placed file that fi-patch fills with the patch's [[declarations]].
+def _declaration_problems(declarations: Sequence[Declaration]) -> list[str]:
+    """What contradicts itself in the [[declarations]] rows: a verdict unknown, or at odds with
+    the row's own columns; a left-out row without its reason; fi-patch's fake named for an op
+    the placed code has none for."""
+    problems = [
+        f"declaration {d.op}: verdict {d.verdict!r} is not one of {', '.join(d.VERDICTS)}"
+        for d in declarations
+        if d.verdict not in d.VERDICTS
+    ]
+    problems += [
+        f"declaration {d.op}: a left-out declaration says why"
+        for d in declarations
+        if d.verdict == "left-out" and not d.reason
+    ]
+    problems += [
+        f"declaration {d.op}: declared {d.mutates}, writes {d.writes}: the verdict is "
+        f"{'right' if set(d.mutates) == set(d.writes) else 'corrected'}"
+        for d in declarations
+        if d.verdict in ("right", "corrected")
+        and (d.verdict == "right") != (set(d.mutates) == set(d.writes))
+    ]
+    own = _own_fakes() if any(d.fake_why for d in declarations) else set()
+    problems += [
+        f"declaration {d.op}: fake_why says its fake is replaced, and placed/declared_ops.py "
+        "has no fake of fi-patch's for it"
+        for d in declarations
+        if d.fake_why and d.op not in own
+    ]
+    return problems
+
+
+def _own_fakes() -> set[str]:
+    """The ops placed/declared_ops.py has a fake of fi-patch's for (`_fi_patch_declared_fakes`)."""
+    text = resources.files("fi_patcher.placed").joinpath("declared_ops.py").read_text("utf-8")
+    tree = ast.parse(text)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == DECLARED_FAKES:
+            assert isinstance(node.value, ast.Dict)
+            return {ast.literal_eval(k) for k in node.value.keys if k is not None}
+    return set()
+
+
+DECLARED_FAKES = "_fi_patch_declared_fakes"
+
+
+# The lines of a placed file that fi-patch fills with the patch's [[declarations]]: what each
+# declaration's op mutates, and the ops whose declared fake fi-patch's own replaces, and why.
 CHECKED_LINE = "_fi_patch_checked = {}  # rendered by fi-patch from the patch's [[declarations]]"
+OWN_FAKES_LINE = (
+    "_fi_patch_own_fakes = {}  # rendered by fi-patch from the patch's [[declarations]] (fake_why)"
+)
 
 
 def placed(names: str | Sequence[str], declarations: Sequence[Declaration]) -> str:
@@ -160,9 +211,12 @@ def placed(names: str | Sequence[str], declarations: Sequence[Declaration]) -> s
         if by.setdefault(declaration.mutates, declaration.placed) != declaration.placed:
             raise KeyError(f"{declaration.op}: two rows declare {declaration.mutates} differently")
     rows = "".join(f"    {op!r}: {by!r},\n" for op, by in sorted(checked.items()))
+    fakes = {d.op: d.fake_why for d in declarations if d.fake_why}
+    own = "".join(f"    {op!r}: {why!r},\n" for op, why in sorted(fakes.items()))
     statements = []
     for text in texts:
         text = text.replace(CHECKED_LINE, "_fi_patch_checked = {\n" + rows + "}")
+        text = text.replace(OWN_FAKES_LINE, "_fi_patch_own_fakes = {\n" + own + "}")
         lines = text.splitlines(keepends=True)
         first = next(i for i, line in enumerate(lines) if line.strip() and not line.startswith("#"))
         statements.append(_statements("".join(lines[first:])))
@@ -221,6 +275,12 @@ def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
         f"only: {p} = {v!r} is not a parameter name and a string"
         for p, v in boundary.only
         if not (p.isidentifier() and isinstance(v, str) and v.isprintable() and '"' not in v)
+    ]
+    problems += [
+        f"uncapturable: {p} = {v!r} is not a parameter name and one of "
+        f"{', '.join(boundary.UNCAPTURABLE)}"
+        for p, v in boundary.uncapturable
+        if not (p.isidentifier() and v in boundary.UNCAPTURABLE)
     ]
     if "declared-ops-custom" not in patch.requires.patches:
         problems.append("an op boundary requires declared-ops-custom, which places its code")
@@ -285,23 +345,7 @@ def _validate(name: str, patch: Patch) -> None:
                 f"not_applicable {span(exemption.versions)} must say one of absent, defines or "
                 "function_sha256: how the file itself tells it"
             )
-    problems += [
-        f"declaration {d.op}: verdict {d.verdict!r} is not one of {', '.join(d.VERDICTS)}"
-        for d in patch.declarations
-        if d.verdict not in d.VERDICTS
-    ]
-    problems += [
-        f"declaration {d.op}: a left-out declaration says why"
-        for d in patch.declarations
-        if d.verdict == "left-out" and not d.reason
-    ]
-    problems += [
-        f"declaration {d.op}: declared {d.mutates}, writes {d.writes}: the verdict is "
-        f"{'right' if set(d.mutates) == set(d.writes) else 'corrected'}"
-        for d in patch.declarations
-        if d.verdict in ("right", "corrected")
-        and (d.verdict == "right") != (set(d.mutates) == set(d.writes))
-    ]
+    problems += _declaration_problems(patch.declarations)
     if patch.scope not in ("", "else"):
         problems.append(f"scope {patch.scope!r} is not top level ('') or 'else'")
     names = {s.name for s in patch.shapes}

@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 
 BEGIN = "<<<fi-patch-probe>>>"
 END = "<<<fi-patch-probe-end>>>"
@@ -157,7 +158,11 @@ def run(request, torch_error):
         ctx.stage("import torch")
         ctx.answer["error"] = torch_error
         return ctx.answer
-    namespace = {"__name__": "fi_patch_proof"}
+    # A module of its own, in sys.modules: Dynamo (torch 2.8) looks up the module of every
+    # function it traces, the proof's own lambdas among them.
+    module = types.ModuleType("fi_patch_proof")
+    sys.modules[module.__name__] = module
+    namespace = module.__dict__
     try:
         exec(compile(request["source"], "<proof of %s>" % request["patch"], "exec"), namespace)
         namespace["prove"](ctx)

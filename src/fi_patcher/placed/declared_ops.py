@@ -4,15 +4,20 @@
 # FlashInfer declares ops with register_custom_op and register_fake_op, and both have returned
 # the function unchanged since late 2024: a torch.library op makes every eager call pay the
 # dispatcher. Here a declaration becomes a real op in the namespace fi_patch_declared (FlashInfer
-# registers none there, so an upgrade cannot collide with it), and Dynamo traces a call of that
-# op where it meets the declared function; an eager call runs FlashInfer's function as before.
+# registers none there, so an upgrade cannot collide with it), and the declared name holds
+# fi-patch's routing function (_fi_patch_routing): while torch.compile traces it, a call of that
+# op; otherwise FlashInfer's function, as before.
 # Only what can be right: a declaration made at module level, whose mutates_args fi-patch checked
 # against the release's kernel (_fi_patch_checked, rendered from the patch's [[declarations]]),
 # with a fake or nothing to return. Every other declaration stays as it is, and
-# _fi_patch_declared says why, for the proof and for anyone who asks.
+# _fi_patch_declared says why, for the proof and for anyone who asks. An op that returns tensors
+# gives them as the declared function does: never requiring grad (its kernel has no backward),
+# and with its declared fake, or with fi-patch's own where FlashInfer's is wrong
+# (_fi_patch_own_fakes, rendered from the [[declarations]] that say why).
 import torch
 
 _fi_patch_checked = {}  # rendered by fi-patch from the patch's [[declarations]]
+_fi_patch_own_fakes = {}  # rendered by fi-patch from the patch's [[declarations]] (fake_why)
 _fi_patch_declared = {}
 _fi_patch_fakes = {}
 
@@ -27,6 +32,8 @@ class _FiPatchDeclaration(object):
         self.custom = None
         self.ready = False
         self.reason = ""
+        self.traced = None
+        self.routed = None
 
 
 def _fi_patch_custom_op(name, fn, mutates_args, device_types, schema):
@@ -80,33 +87,35 @@ def _fi_patch_declare(name, fn, mutates_args, device_types, schema, at_module_le
             mutates_args=mutates,
             device_types=device_types,
             schema=schema,
+            tags=_fi_patch_tags(),  # noqa: F821 (placed after this file, as _fi_patch_routing)
         )
     except Exception as exc:
         entry.reason = "torch cannot make it an op: %s" % (str(exc).strip().splitlines() or [""])[0]
         return fn
     entry.custom = custom
     entry.op = getattr(torch.ops.fi_patch_declared, short)
-    if not entry.op.default._schema.returns:
-        custom.register_fake(_fi_patch_nothing)
-        _fi_patch_route(entry)
-    else:
-        entry.reason = "it returns tensors and no fake is declared for it"
-    if name in _fi_patch_fakes:
-        _fi_patch_fake_op(name, _fi_patch_fakes.pop(name))
-    return fn
-
-
-# Dynamo traces a function's `_torchdynamo_inline` in its place (torch.jit's and Dynamo's own
-# wrappers rely on it): here, a call of the op. Python never looks at the attribute, so an eager
-# call runs FlashInfer's function itself, with nothing in between, and nothing is imported.
-def _fi_patch_route(entry):
     op = entry.op
 
     def traced(*args, **kwargs):
         return op(*args, **kwargs)
 
-    entry.fn._torchdynamo_inline = traced
-    entry.ready = True
+    entry.traced = traced
+    if not entry.op.default._schema.returns:
+        custom.register_fake(_fi_patch_nothing)
+        entry.ready = True
+    else:
+        # Placed after this file, as _fi_patch_routing is (below).
+        custom.register_autograd(
+            _fi_patch_boundary_no_grad,  # noqa: F821
+            setup_context=_fi_patch_no_grad_setup,  # noqa: F821
+        )
+        entry.reason = "it returns tensors and no fake is declared for it"
+    if name in _fi_patch_fakes:
+        _fi_patch_fake_op(name, _fi_patch_fakes.pop(name))
+    # The routing function stands for the declared function from here on, ready or not: a fake
+    # declared later makes the op ready. It is placed after this file, in flashinfer/utils.py
+    # too, which declares nothing itself: every declaration comes later, from another module.
+    return _fi_patch_routing(entry)  # noqa: F821
 
 
 def _fi_patch_nothing(*args, **kwargs):
@@ -145,14 +154,19 @@ def _fi_patch_fits(fake, entry):
 def _fi_patch_fake_op(name, fn):
     def declare(function):
         entry = _fi_patch_declared.get(name)
+        own = _fi_patch_own_fakes.get(name)
         if entry is None:
             _fi_patch_fakes[name] = function
         elif entry.custom is None:
             pass
+        elif own is not None:
+            entry.custom.register_fake(_fi_patch_declared_fakes[name])
+            entry.reason = "FlashInfer's fake is replaced by fi-patch's: %s" % own
+            entry.ready = True
         elif _fi_patch_fits(function, entry):
             entry.custom.register_fake(function)
             entry.reason = ""
-            _fi_patch_route(entry)
+            entry.ready = True
         elif not entry.op.default._schema.returns:
             # It returns nothing: fi-patch's fake (set when the op was made) stands.
             entry.reason = "its declared fake takes other parameters: fi-patch's fake stands in"
@@ -163,3 +177,28 @@ def _fi_patch_fake_op(name, fn):
     if fn is None:
         return declare
     return declare(fn)
+
+
+# fi-patch's fakes for the ops whose declared fake is wrong (the rows of _fi_patch_own_fakes say
+# how): each allocates what the declared function allocates, in every release that declares it.
+
+
+# merge_state: v_merged like v_a, s_merged like s_a once converted to float32.
+def _fi_patch_fake_merge_state(v_a, s_a, v_b, s_b):
+    return torch.empty_like(v_a), torch.empty_like(s_a, dtype=torch.float32)
+
+
+# merge_states: (seq_len, num_heads, head_dim) of v's dtype and (seq_len, num_heads) float32, on
+# v's device.
+def _fi_patch_fake_merge_states(v, s):
+    seq_len, _, num_heads, head_dim = v.size()
+    return (
+        v.new_empty((seq_len, num_heads, head_dim)),
+        v.new_empty((seq_len, num_heads), dtype=torch.float32),
+    )
+
+
+_fi_patch_declared_fakes = {
+    "flashinfer::merge_state": _fi_patch_fake_merge_state,
+    "flashinfer::merge_states": _fi_patch_fake_merge_states,
+}

@@ -6,10 +6,10 @@
 # From the entry point's own signature this makes fi_patch::NAME, a torch.library op whose body
 # calls the entry point eagerly (every host step, workspace, autotuner, capture check and backend
 # choice runs there, as before), and, where there is an out parameter, fi_patch::NAME_out, which
-# writes into it. Dynamo traces the entry point's `_torchdynamo_inline` in its place: one call of
-# the op. Python never looks at the attribute, so an eager call runs FlashInfer's function itself
-# with nothing in between. An entry point torch cannot make an op of stays as it is, and
-# _fi_patch_boundaries says why, for the proof and for anyone who asks.
+# writes into it. The entry point's name in its module then holds fi-patch's routing function
+# (_fi_patch_routing, in declared_ops.py): while torch.compile traces it, one call of the op;
+# otherwise FlashInfer's function itself. An entry point torch cannot make an op of stays as it
+# is, and _fi_patch_boundaries says why, for the proof and for anyone who asks.
 #
 # The fakes, by name, take the arguments by parameter name, the rule the shape names (how that
 # release checks its input) and, where the patch names one, FlashInfer's own check of the
@@ -32,7 +32,10 @@ _fi_patch_boundaries: "Dict[str, _FiPatchBoundary]" = {}
 # typed as a tensor or a number, passed to the op as two (`split`: the number's parameter, named
 # NAME_number), and the flag that makes the entry point return all its outputs, not the first
 # alone (`flag`: the op always asks for them all), and the values of the parameters the op carries
-# one value of only (`only`: backend "cuda"; another value is traced as the function's body).
+# one value of only (`only`: backend "cuda"; another value is traced as the function's body), the
+# sequences FlashInfer compares with tuples (`tuples`), and the values that make a call's body one
+# a CUDA graph cannot capture (`uncapturable`: seed "none" where it is None, check_nan "true"
+# where it is true): such a call is the op NAME_uncapturable, tagged cudagraph_unsafe.
 class _FiPatchBoundary(object):
     def __init__(self, name: "str", fn: "Any") -> "None":
         self.name = name
@@ -49,6 +52,10 @@ class _FiPatchBoundary(object):
         self.only: "Dict[str, Any]" = {}
         self.ready = False
         self.reason = ""
+        self.traced: "Any" = None
+        self.routed: "Any" = None
+        self.tuples: "Tuple[str, ...]" = ()
+        self.uncapturable: "Dict[str, str]" = {}
 
 
 # A parameter the caller must pass: it has no default.
@@ -77,10 +84,12 @@ def _fi_patch_boundary(
     types: "Optional[Dict[str, str]]" = None,
     returns_when: "str" = "",
     only: "Optional[Dict[str, Any]]" = None,
+    uncapturable: "Optional[Dict[str, str]]" = None,
 ) -> "Any":
     entry = _FiPatchBoundary(name, fn)
     entry.flag = returns_when
     entry.only = dict(only or {})
+    entry.uncapturable = dict(uncapturable or {})
     _fi_patch_boundaries[name] = entry
     try:
         checking = _fi_patch_boundary_check(fn, check)
@@ -93,7 +102,7 @@ def _fi_patch_boundary(
             _fi_patch_make_boundary(entry, made, rule, checking, out, returns, types or {})
     except Exception as exc:
         entry.reason = "torch cannot make it an op: %s" % (str(exc).strip().splitlines() or [""])[0]
-    return fn
+    return entry.routed or fn
 
 
 # FlashInfer's own check of the problem, by name, in the entry point's module.
@@ -120,132 +129,192 @@ def _fi_patch_make_boundary(
     returns: "int",
     types: "Dict[str, str]",
 ) -> "None":
+    typed = _fi_patch_parameters(entry, types, out)
+    if typed is None:
+        return
+    if entry.flag and (entry.flag not in entry.names or returns < 2):
+        entry.reason = "it has no flag %s that returns %d outputs" % (entry.flag, returns)
+        return
+    # A parameter the op carries one value of, where this text has it (backend from 0.6.8).
+    entry.only = {k: v for k, v in entry.only.items() if k in entry.names}
+    entry.uncapturable = {k: v for k, v in entry.uncapturable.items() if k in entry.names}
+    passed = [p.name for p in typed]
+    out = out if out in passed else ""
+    _fi_patch_make_ops(entry, typed, fake, rule, check, out, returns)
+    _fi_patch_boundary_route(entry, passed.index(out) if out else -1)
+
+
+# The entry point's parameters in order (`entry.names`, their defaults, how many may be passed
+# positionally, those the op leaves to their default, those passed as int or split), and the op's
+# typed parameters; None, with `entry.reason`, where no op schema holds one.
+def _fi_patch_parameters(
+    entry: "_FiPatchBoundary", types: "Dict[str, str]", out: "str"
+) -> "Optional[List[Any]]":
     import inspect
     import typing
 
-    fn = entry.fn
-    hints = typing.get_type_hints(fn)
+    hints = typing.get_type_hints(entry.fn)
     names: "List[str]" = []
     defaults: "List[Any]" = []
     typed: "List[inspect.Parameter]" = []
-    kept: "List[str]" = []
     positional = 0
-    tuples: "List[str]" = []
-    for parameter in inspect.signature(fn).parameters.values():
+    for parameter in inspect.signature(entry.fn).parameters.values():
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             entry.reason = "it takes *%s, which no op schema holds" % parameter.name
-            return
+            return None
         if parameter.kind == parameter.POSITIONAL_ONLY:
             entry.reason = "parameter %s is positional only" % parameter.name
-            return
-        if parameter.kind != parameter.KEYWORD_ONLY:
-            positional += 1
-        default = parameter.default
+            return None
+        positional += parameter.kind != parameter.KEYWORD_ONLY
         names.append(parameter.name)
+        default = parameter.default
         defaults.append(_FiPatchRequired if default is parameter.empty else default)
         annotation = hints.get(parameter.name, parameter.empty)
         if annotation is parameter.empty and parameter.name in types:
             annotation = _fi_patch_named_types[types[parameter.name]]
         if parameter.name == entry.flag:
             continue
-        enum = _fi_patch_int_enum(annotation)
-        if enum is not None:
-            entry.enums[parameter.name] = enum
-        number = _fi_patch_tensor_or_number(annotation)
-        if number is not None:
-            entry.split[parameter.name] = parameter.name + "_number"
-            for half, kind in (
-                (parameter.name, torch.Tensor),
-                (parameter.name + "_number", number),
-            ):
-                optional = typing.Optional[kind]  # type: ignore[valid-type]
-                typed.append(
-                    inspect.Parameter(half, parameter.POSITIONAL_OR_KEYWORD, annotation=optional)
-                )
-            continue
-        kind = _fi_patch_op_type(annotation, default)
-        if kind is None and default is not parameter.empty:
-            kept.append(parameter.name)
-            continue
-        if kind is None:
+        made = _fi_patch_parameter(entry, parameter, annotation, out)
+        if made is None:
             entry.reason = "parameter %s is typed %s, which no op schema holds" % (
                 parameter.name,
                 hints.get(parameter.name, "nothing"),
             )
-            return
-        if parameter.name == out:
-            kind = typing.Optional[torch.Tensor]
-        if _fi_patch_is_tuple(annotation):
-            tuples.append(parameter.name)
-        typed.append(
-            inspect.Parameter(parameter.name, parameter.POSITIONAL_OR_KEYWORD, annotation=kind)
-        )
-    if entry.flag and (entry.flag not in names or returns < 2):
-        entry.reason = "it has no flag %s that returns %d outputs" % (entry.flag, returns)
-        return
-    # A parameter the op carries one value of, where this text has it (backend from 0.6.8).
-    entry.only = {k: v for k, v in entry.only.items() if k in names}
-    if entry.only and not hasattr(fn, "__code__"):
-        entry.reason = "it has no code of its own to trace with %s" % ", ".join(entry.only)
-        return
-    passed = [p.name for p in typed]
-    if out not in passed:
-        out = ""
+            return None
+        typed += made
+    entry.names, entry.defaults, entry.positional = tuple(names), tuple(defaults), positional
+    return typed
+
+
+# One parameter as the op takes it: one typed parameter, two (a tensor or a number), none (left
+# to its default), or None where no op schema holds it.
+def _fi_patch_parameter(
+    entry: "_FiPatchBoundary", parameter: "Any", annotation: "Any", out: "str"
+) -> "Optional[List[Any]]":
+    import inspect
+    import typing
+
+    name, default = parameter.name, parameter.default
+    enum = _fi_patch_int_enum(annotation)
+    if enum is not None:
+        entry.enums[name] = enum
+    number = _fi_patch_tensor_or_number(annotation)
+    if number is not None:
+        entry.split[name] = name + "_number"
+        halves = ((name, torch.Tensor), (name + "_number", number))
+        return [
+            inspect.Parameter(
+                half,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                annotation=typing.Optional[kind],
+            )
+            for half, kind in halves
+        ]
+    kind = _fi_patch_op_type(annotation, default)
+    if kind is None:
+        if default is parameter.empty:
+            return None
+        entry.kept += (name,)
+        return []
+    if name == out:
+        kind = typing.Optional[torch.Tensor]
+    if _fi_patch_is_tuple(annotation):
+        entry.tuples += (name,)
+    return [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind)]
+
+
+# The tags every op of fi-patch's carries: its inputs' strides kept as the caller's
+# (needs_exact_strides; needs_fixed_stride_order on a torch without it), since FlashInfer
+# branches on them (fp4_quantize's outputs follow stride(-2)). A call form whose body a CUDA
+# graph cannot capture also carries cudagraph_unsafe, which keeps it out of Inductor's CUDA
+# graphs, and nondeterministic_seeded: its outputs follow the device generator's state, so no
+# two such calls are one (common-subexpression elimination would merge them).
+def _fi_patch_tags(uncapturable: "bool" = False) -> "Tuple[Any, ...]":
+    strides = getattr(torch.Tag, "needs_exact_strides", None)
+    tags = [strides if strides is not None else torch.Tag.needs_fixed_stride_order]
+    if uncapturable:
+        tags += [torch.Tag.cudagraph_unsafe, torch.Tag.nondeterministic_seeded]
+    return tuple(tags)
+
+
+# fi_patch::NAME (and NAME_out, NAME_uncapturable where the entry point has them), each calling
+# the entry point eagerly with the arguments joined again, with the fake and no autograd.
+def _fi_patch_make_ops(
+    entry: "_FiPatchBoundary",
+    typed: "List[Any]",
+    fake: "_FiPatchFake",
+    rule: "str",
+    check: "Any",
+    out: "str",
+    returns: "int",
+) -> "None":
+    import inspect
+    import typing
+
+    fn, passed = entry.fn, [p.name for p in typed]
     result = torch.Tensor if returns == 1 else typing.Tuple[(torch.Tensor,) * returns]
-    enums, split, flag = entry.enums, entry.split, entry.flag
-
-    def joined(values: "Tuple[Any, ...]") -> "Dict[str, Any]":
-        # The entry point's arguments again: a split parameter one value, the flag true.
-        named = dict(zip(passed, values))
-        for name, number in split.items():
-            value = named.pop(number)
-            if named[name] is None:
-                named[name] = value
-        if flag:
-            named[flag] = True
-        return named
-
-    def arguments(values: "Tuple[Any, ...]") -> "Dict[str, Any]":
-        # An op schema holds a sequence as a list: FlashInfer compares some with tuples; and an
-        # IntEnum as an int: FlashInfer reads its members.
-        named = joined(values)
-        for name in tuples:
-            if named[name] is not None:
-                named[name] = tuple(named[name])
-        for name, enum in enums.items():
-            if named.get(name) is not None:
-                named[name] = enum(named[name])
-        return named
 
     def run(*values: "Any") -> "Any":
-        return fn(**arguments(values))
+        return fn(**_fi_patch_arguments(entry, passed, values))
 
     def faked(*values: "Any") -> "Any":
-        return fake(joined(values), rule, check)
+        return fake(_fi_patch_joined(entry, passed, values), rule, check)
 
     run.__signature__ = inspect.Signature(typed, return_annotation=result)  # type: ignore[attr-defined]
-    entry.op = torch.library.custom_op("fi_patch::" + entry.name, run, mutates_args=())
-    entry.op.register_fake(faked)
-    # FlashInfer's kernels have no backward, and the tensors they return never require grad:
-    # nor do the op's, so that a compiled graph with an input that requires grad traces as the
-    # eager call runs. (torch takes no autograd formula for an op that writes its input: the
-    # out= op has none.)
-    entry.op.register_autograd(_fi_patch_boundary_no_grad, setup_context=_fi_patch_no_grad_setup)
-    at = passed.index(out) if out else -1
+    made: "List[Tuple[str, Any, Tuple[str, ...], bool]]" = [("", run, (), False)]
+    if entry.uncapturable:
+        made.append(("_uncapturable", run, (), True))
     if out:
 
         def run_out(*values: "Any") -> "None":
-            fn(**arguments(values))
+            fn(**_fi_patch_arguments(entry, passed, values))
 
         written = [p.replace(annotation=torch.Tensor) if p.name == out else p for p in typed]
         run_out.__signature__ = inspect.Signature(written, return_annotation=None)  # type: ignore[attr-defined]
-        entry.out_op = torch.library.custom_op(
-            "fi_patch::%s_out" % entry.name, run_out, mutates_args=(out,)
+        made.append(("_out", run_out, (out,), False))
+    for suffix, body, mutates, uncapturable in made:
+        op = torch.library.custom_op(
+            "fi_patch::" + entry.name + suffix,
+            body,
+            mutates_args=mutates,
+            tags=_fi_patch_tags(uncapturable),
         )
-        entry.out_op.register_fake(faked)
-    entry.names, entry.defaults, entry.positional = tuple(names), tuple(defaults), positional
-    entry.kept = tuple(kept)
-    _fi_patch_boundary_route(entry, at)
+        op.register_fake(faked)
+        # FlashInfer's kernels have no backward, and the tensors they return never require
+        # grad: nor do the op's, so that a compiled graph with an input that requires grad
+        # traces as the eager call runs. (torch takes no autograd formula for an op that writes
+        # its input: the out= op has none.)
+        if not mutates:
+            op.register_autograd(_fi_patch_boundary_no_grad, setup_context=_fi_patch_no_grad_setup)
+
+
+# The entry point's arguments again, from the op's: a split parameter one value, the flag true.
+def _fi_patch_joined(
+    entry: "_FiPatchBoundary", passed: "List[str]", values: "Tuple[Any, ...]"
+) -> "Dict[str, Any]":
+    named = dict(zip(passed, values))
+    for name, number in entry.split.items():
+        value = named.pop(number)
+        if named[name] is None:
+            named[name] = value
+    if entry.flag:
+        named[entry.flag] = True
+    return named
+
+
+# As `_fi_patch_joined`, for the entry point itself: an op schema holds a sequence as a list
+# (FlashInfer compares some with tuples) and an IntEnum as an int (FlashInfer reads its members).
+def _fi_patch_arguments(
+    entry: "_FiPatchBoundary", passed: "List[str]", values: "Tuple[Any, ...]"
+) -> "Dict[str, Any]":
+    named = _fi_patch_joined(entry, passed, values)
+    for name in entry.tuples:
+        if named[name] is not None:
+            named[name] = tuple(named[name])
+    for name, enum in entry.enums.items():
+        if named.get(name) is not None:
+            named[name] = enum(named[name])
+    return named
 
 
 def _fi_patch_no_grad_setup(ctx: "Any", inputs: "Any", output: "Any") -> "None":
@@ -286,11 +355,12 @@ def _fi_patch_is_tuple(annotation: "Any") -> "bool":
     return any(typing.get_origin(k) is tuple for k in kinds)
 
 
-# Dynamo traces `traced` where it meets the entry point: the arguments bound as Python binds
-# them (TypeError where Python raises one), then one op. A call that passes a parameter the op
-# leaves to its default raises TypeError while tracing, naming it: a fullgraph compile stops
-# there; any other runs that call eagerly. A call with another value of a parameter the op
-# carries one value of (`only`) is traced as the entry point's own body, as unpatched.
+# While torch.compile traces the entry point, its routing function calls `traced`: the arguments
+# bound as Python binds them (TypeError where Python raises one), then one op. A call that passes
+# a parameter the op leaves to its default raises TypeError while tracing, naming it: a fullgraph
+# compile stops there; any other runs that call eagerly. A call with another value of a
+# parameter the op carries one value of (`only`) is traced as the entry point's own body, as
+# unpatched.
 def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
     name, names, defaults, positional = entry.name, entry.names, entry.defaults, entry.positional
     kept = [names.index(k) for k in entry.kept]
@@ -298,11 +368,14 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
     split = [names.index(s) for s in entry.split]
     flag = names.index(entry.flag) if entry.flag else -1
     only = [(names.index(k), v) for k, v in entry.only.items()]
-    body = _fi_patch_body(entry.fn) if only else None
+    # Another value of a parameter with one value: the entry point's own body is traced.
+    body = entry.fn if only else None
     # Errors name the function the caller called (the op may be named otherwise).
     called = getattr(entry.fn, "__name__", name)
     op = getattr(torch.ops.fi_patch, name)
     out_op = getattr(torch.ops.fi_patch, name + "_out") if at >= 0 else None
+    unsafe_op = getattr(torch.ops.fi_patch, name + "_uncapturable", None)
+    unsafe = [(names.index(k), v) for k, v in entry.uncapturable.items()]
 
     def traced(*args: "Any", **kwargs: "Any") -> "Any":
         values = _fi_patch_boundary_bind(called, names, defaults, positional, args, kwargs)
@@ -327,23 +400,111 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
         if out_op is not None and passed[at] is not None:
             out_op(*passed)
             return passed[at]
-        result = op(*passed)
+        uncapturable = any(
+            (values[i] is None) if v == "none" else bool(values[i]) for i, v in unsafe
+        )
+        result = (unsafe_op if uncapturable and unsafe_op is not None else op)(*passed)
         return result[0] if flag >= 0 and not values[flag] else result
 
-    entry.fn._torchdynamo_inline = traced
+    entry.traced = traced
     entry.ready = True
+    _fi_patch_in_place(entry.fn, _fi_patch_routing(entry))
 
 
-# The entry point as another function object with the same code, globals, defaults and closure,
-# and without `_torchdynamo_inline`: Dynamo traces its body.
-def _fi_patch_body(fn: "Any") -> "Any":
-    import types
+# What an entry point's name holds once it has an op (a declared one, or a boundary's): at each
+# call, whether torch.compile is tracing it (torch.compiler.is_compiling, the check vLLM's and
+# SGLang's own ops make), then the op (`entry.traced`); otherwise FlashInfer's function, as
+# before. The routing belongs to the function however it is reached: called in a traced frame,
+# compiled itself, inside a caller's own functools.wraps wrapper (whose body stays its own) or
+# under torch.compiler.disable (an eager call, out of the graph). It takes the function's own
+# parameters, so that an eager call pays one frame and one check, not the packing of *args and
+# **kwargs; it shares the function's attributes (FlashInfer stores some on its functions:
+# mm_fp4.suitable_auto_backends) and shows its name, documentation and signature.
+def _fi_patch_routing(entry: "Any") -> "Any":
+    import inspect
 
-    body = types.FunctionType(
-        fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    fn = entry.fn
+    try:
+        signature: "Optional[inspect.Signature]" = inspect.signature(fn)
+    except (TypeError, ValueError):
+        signature = None
+    routed = _fi_patch_routed(entry, signature)
+    for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+        if hasattr(fn, name):
+            setattr(routed, name, getattr(fn, name))
+    routed.__dict__ = fn.__dict__
+    if signature is not None and "__signature__" not in fn.__dict__:
+        fn.__signature__ = signature
+    entry.routed = routed
+    return routed
+
+
+# The routing function itself, with the function's parameters (their defaults the function's own
+# objects) where its signature is known, else with *args and **kwargs.
+def _fi_patch_routed(entry: "Any", signature: "Any") -> "Any":
+    space: "Dict[str, Any]" = {
+        "__name__": __name__,
+        "_fi_patch_fn": entry.fn,
+        "_fi_patch_entry": entry,
+        "_fi_patch_compiling": torch.compiler.is_compiling,
+    }
+    declared, passed = _fi_patch_forwarded(signature, space)
+    source = (
+        "def _fi_patch_routed(%s):\n"
+        "    if _fi_patch_compiling() and _fi_patch_entry.ready:\n"
+        "        return _fi_patch_entry.traced(%s)\n"
+        "    return _fi_patch_fn(%s)\n" % (declared, passed, passed)
     )
-    body.__kwdefaults__ = fn.__kwdefaults__
-    return body
+    exec(compile(source, "<fi-patch routing of %s>" % entry.name, "exec"), space)
+    return space["_fi_patch_routed"]
+
+
+# The parameter list of a routing function and the arguments it passes on, for `signature` (the
+# defaults go into `space`, by name); *args and **kwargs where the signature is unknown.
+def _fi_patch_forwarded(signature: "Any", space: "Dict[str, Any]") -> "Tuple[str, str]":
+    if signature is None:
+        return "*args, **kwargs", "*args, **kwargs"
+    declared: "List[str]" = []
+    passed: "List[str]" = []
+    keyword_only = False
+    for index, parameter in enumerate(signature.parameters.values()):
+        name, kind = parameter.name, parameter.kind
+        text = name
+        if parameter.default is not parameter.empty:
+            space["_fi_patch_default_%d" % index] = parameter.default
+            text += "=_fi_patch_default_%d" % index
+        if kind == parameter.KEYWORD_ONLY and not keyword_only:
+            declared.append("*")
+        keyword_only = keyword_only or kind in (parameter.KEYWORD_ONLY, parameter.VAR_POSITIONAL)
+        if kind == parameter.VAR_POSITIONAL:
+            declared.append("*" + name)
+            passed.append("*" + name)
+        elif kind == parameter.VAR_KEYWORD:
+            declared.append("**" + name)
+            passed.append("**" + name)
+        elif kind == parameter.KEYWORD_ONLY:
+            declared.append(text)
+            passed.append("%s=%s" % (name, name))
+        else:
+            declared.append(text)
+            passed.append(name)
+        if kind == parameter.POSITIONAL_ONLY and (
+            index + 1 == len(signature.parameters)
+            or list(signature.parameters.values())[index + 1].kind != parameter.POSITIONAL_ONLY
+        ):
+            declared.append("/")
+    return ", ".join(declared), ", ".join(passed)
+
+
+# The routing function in the entry point's place in its module (where the name still holds the
+# function), before any other module imports it.
+def _fi_patch_in_place(fn: "Any", routed: "Any") -> "None":
+    import sys
+
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    name = getattr(fn, "__name__", "")
+    if module is not None and getattr(module, name, None) is fn:
+        setattr(module, name, routed)
 
 
 def _fi_patch_boundary_bind(

@@ -552,8 +552,8 @@ def prove(ctx):
             ctx.problem("%s, %s: %d process(es) started while tracing" % (name, what, len(started)))
         ctx.stage("an eager call of %s, %s, against the op and its fake" % (name, what))
         eager = _eager(ctx, fn, arguments, entry.fn, standing)
-        through = _through_op(torch, fn, arguments, entry.fn, standing)
-        faked = _faked(torch, fn, arguments, entry.fn)
+        through = _through_op(torch, fn, arguments, entry, standing)
+        faked = _faked(torch, fn, arguments, entry)
         if eager[0] == "dispatched":
             ctx.problem("%s, %s: an eager call dispatched %s" % (name, what, eager[1]))
         elif eager[0] != "returns" or eager != through or eager != faked:
@@ -568,8 +568,8 @@ def prove(ctx):
     for what, fn, arguments in refused:
         ctx.stage("%s refuses %s: eager against the op and its fake" % (name, what))
         eager = _eager(ctx, fn, arguments, entry.fn, standing)
-        through = _through_op(torch, fn, arguments, entry.fn, standing)
-        faked = _faked(torch, fn, arguments, entry.fn)
+        through = _through_op(torch, fn, arguments, entry, standing)
+        faked = _faked(torch, fn, arguments, entry)
         if eager[0] != "raises" or eager != through or eager != faked:
             ctx.problem(
                 "%s, %s: the eager call gives %s, the op run eagerly %s, the fake %s"
@@ -593,13 +593,13 @@ def _eager(ctx, fn, arguments, entry_point, standing):
     return ("dispatched", dispatched) if dispatched else result
 
 
-def _through_op(torch, fn, arguments, entry_point, standing):
+def _through_op(torch, fn, arguments, entry, standing):
     """fn run eagerly with the entry point's traced path in its place: the op itself runs (its
     body calls the entry point by keyword, the module getters stood in)."""
-    return _instead(entry_point, lambda: _run(fn, arguments, entry_point, standing))
+    return _instead(entry, lambda: _run(fn, arguments, entry.fn, standing))
 
 
-def _faked(torch, fn, arguments, entry_point):
+def _faked(torch, fn, arguments, entry):
     """fn run as Dynamo runs it: the entry point's traced path (its op, and so the op's fake)
     under a FakeTensorMode. ("returns", layout) or ("raises", exception type)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -616,26 +616,26 @@ def _faked(torch, fn, arguments, entry_point):
         except Exception as exc:
             return ("raises", type(exc).__name__)
 
-    return _instead(entry_point, call)
+    return _instead(entry, call)
 
 
-def _instead(entry_point, call):
-    """call() with flashinfer's name for the entry point bound to its traced path (the call forms
-    look the function up there, as a caller's `flashinfer.NAME(...)` does)."""
+def _instead(entry, call):
+    """call() with flashinfer's name for the entry point bound to its traced path, the path its
+    routing function takes while torch.compile traces it (the call forms look the function up
+    there, as a caller's `flashinfer.NAME(...)` does)."""
     import flashinfer
 
-    traced = getattr(entry_point, "_torchdynamo_inline", None)
-    if traced is None:
+    if entry.traced is None or entry.routed is None:
         return ("raises", "no traced path")
     # Every name flashinfer gives it: nvfp4_block_scale_interleave is block_scale_interleave.
-    names = [k for k, v in vars(flashinfer).items() if v is entry_point]
+    names = [k for k, v in vars(flashinfer).items() if v is entry.routed]
     for name in names:
-        setattr(flashinfer, name, traced)
+        setattr(flashinfer, name, entry.traced)
     try:
         return call()
     finally:
         for name in names:
-            setattr(flashinfer, name, entry_point)
+            setattr(flashinfer, name, entry.routed)
 
 
 def _run(fn, arguments, entry_point, standing):

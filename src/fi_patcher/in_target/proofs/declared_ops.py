@@ -10,9 +10,10 @@
 # and never runs it holds exactly one fi_patch_declared op per call and nothing else of
 # FlashInfer's; an eager call dispatches no op and runs FlashInfer's own function (stood in by a
 # recorder: the CPU has no kernel); and, for ops that return tensors, the fake's outputs have the
-# shapes, strides and dtypes the entry point allocates when run eagerly with its module getters
-# stood in (the kernel does nothing). Unpatched, flashinfer.utils has no _fi_patch_declared and
-# every trace stops in the JIT loader.
+# shapes, strides, dtypes and device the entry point allocates when run eagerly with its module
+# getters stood in (the kernel does nothing), with its inputs on the CPU, on `meta` (another
+# device than the CPU) and, for the merges, with a bfloat16 lse. Unpatched, flashinfer.utils has
+# no _fi_patch_declared and every trace stops in the JIT loader.
 
 # entry point -> (FlashInfer's declaration it reaches, whether that op returns tensors)
 ENTRY_POINTS = [
@@ -147,12 +148,23 @@ def calls(torch):
 
 
 def layout(value):
-    """Shapes, strides and dtypes of a tensor or a tuple of them."""
+    """Shapes, strides, dtypes and devices of a tensor or a tuple of them."""
     if isinstance(value, (tuple, list)):
         return [layout(v) for v in value]
     if value is None:
         return None
-    return [list(value.shape), list(value.stride()), str(value.dtype)]
+    return [list(value.shape), list(value.stride()), str(value.dtype), value.device.type]
+
+
+def variants(torch, name, arguments):
+    """The inputs a returning op's fake is checked with: as the call form has them, on `meta`
+    (the fake must follow the input's device), and, for the merges, with a bfloat16 lse (which
+    the function converts to float32 before it allocates)."""
+    found = [("", arguments), ("on meta", [a.to("meta") for a in arguments])]
+    if name in ("merge_state", "merge_states"):
+        lse = [a.to(torch.bfloat16) if a.dtype == torch.float32 else a for a in arguments]
+        found.append(("a bfloat16 lse", lse))
+    return found
 
 
 class Stub(object):
@@ -211,35 +223,9 @@ def prove(ctx):
             kept[name] = "%s: %s" % (op, entry.reason)
             continue
         fn, arguments = table[name]
-        short = op.split("::", 1)[1]
-        ctx.stage("torch.compile(fullgraph=True) trace of flashinfer.%s" % name)
-        try:
-            with ctx.processes() as started:
-                graph, faked = _trace(ctx, fn, [a.clone() for a in arguments])
-        except Exception as exc:
-            ctx.problem("%s does not trace: %s" % (name, _first_line(exc)))
-            continue
-        ours = [c for c in graph if c.startswith("fi_patch_declared.")]
-        theirs = [c for c in graph if c.startswith(("flashinfer.", "fi_patch"))]
-        wanted = ("fi_patch_declared." + short, "fi_patch_declared.%s.default" % short)
-        if len(ours) != 1 or ours[0] not in wanted or theirs != ours:
-            ctx.problem(
-                "the graph of %s holds %s, not one fi_patch_declared.%s" % (name, graph, short)
-            )
-            continue
-        if started:
-            ctx.problem("%d process(es) started while tracing %s" % (len(started), name))
-        ctx.stage("an eager call of flashinfer.%s" % name)
-        eager = _eager(fn, arguments, entry, returns, ctx.dispatched())
-        if isinstance(eager, str):
-            ctx.problem("%s: %s" % (name, eager))
-            continue
-        if returns and faked != layout(eager):
-            ctx.problem(
-                "%s: the fake gives %s, the eager call allocates %s" % (name, faked, layout(eager))
-            )
-            continue
-        traced.append(name)
+        forms = variants(torch, name, arguments) if returns else [("", arguments)]
+        if all(_proven(ctx, name, op, fn, given, entry, returns, what) for what, given in forms):
+            traced.append(name)
     ctx.fact("entry points traced to one op", traced)
     ctx.fact("entry points left as they are", kept)
     if not traced and not ctx.answer["problems"]:
@@ -255,6 +241,41 @@ def prove(ctx):
             (": " + "; ".join("%s (%s)" % kv for kv in sorted(kept.items()))) if kept else "",
         )
     )
+
+
+def _proven(ctx, name, op, fn, arguments, entry, returns, what):
+    """One call form: a fullgraph trace holds the one op, an eager call runs FlashInfer's own
+    function and dispatches no op, and the fake allocates what the eager call does."""
+    called = "%s%s" % (name, ", " + what if what else "")
+    short = op.split("::", 1)[1]
+    ctx.stage("torch.compile(fullgraph=True) trace of flashinfer.%s" % called)
+    try:
+        with ctx.processes() as started:
+            graph, faked = _trace(ctx, fn, [a.clone() for a in arguments])
+    except Exception as exc:
+        ctx.problem("%s does not trace: %s" % (called, _first_line(exc)))
+        return False
+    ours = [c for c in graph if c.startswith("fi_patch_declared.")]
+    theirs = [c for c in graph if c.startswith(("flashinfer.", "fi_patch"))]
+    wanted = ("fi_patch_declared." + short, "fi_patch_declared.%s.default" % short)
+    if len(ours) != 1 or ours[0] not in wanted or theirs != ours:
+        ctx.problem(
+            "the graph of %s holds %s, not one fi_patch_declared.%s" % (called, graph, short)
+        )
+        return False
+    if started:
+        ctx.problem("%d process(es) started while tracing %s" % (len(started), called))
+    ctx.stage("an eager call of flashinfer.%s" % called)
+    eager = _eager(fn, arguments, entry, returns, ctx.dispatched())
+    if isinstance(eager, str):
+        ctx.problem("%s: %s" % (called, eager))
+        return False
+    if returns and faked != layout(eager):
+        ctx.problem(
+            "%s: the fake gives %s, the eager call allocates %s" % (called, faked, layout(eager))
+        )
+        return False
+    return True
 
 
 def _eager(fn, arguments, entry, returns, mode):
