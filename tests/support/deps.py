@@ -38,6 +38,10 @@ CUDA_TORCH = (
 )
 CPU_TORCH = ("torch==2.13.0", *CUDA_TORCH[1:])
 """torch's CPU build, with what FlashInfer imports: its proofs run on it too."""
+OLDEST_TORCH = ("torch==2.8.0", *CUDA_TORCH[1:])
+"""The oldest torch the patches that make ops accept (custom_op's tags: the stride contract and
+cudagraph_unsafe), a CUDA 12.8 build with the NVIDIA libraries it loads at import (about 3.5 GB):
+the slow tier proves compiled equals eager on it."""
 PTH = "_fi_patch_test_torch.pth"
 
 

@@ -1,0 +1,561 @@
+"""The cases tests/in_target/compiled.py runs, by family: how people call FlashInfer's entry points
+around torch.compile, each a function of tensors with its inputs, the ops its graph must hold,
+and the inputs it writes.
+
+Each family is a function of the flashinfer module, so that a case can follow the release it
+meets (a parameter one release has, the op another routes to).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Case:
+    fn: Callable[..., Any]
+    inputs: Callable[[], list[Any]]
+    ops: tuple[str, ...]
+    """fi-patch's ops (or FlashInfer's own) the graphs hold, in order, and nothing else of
+    fi-patch's or FlashInfer's (the kernel's stand-in traced in its place would show as torch's
+    own calls)."""
+    written: tuple[int, ...] = ()
+    """The inputs the call writes in place, or writes through views of: compared after it."""
+    fullgraph: bool = True
+    mark_dynamic: tuple[tuple[int, int], ...] = ()
+    again: tuple[Callable[[], list[Any]], ...] = ()
+    """Inputs of other sizes, run through the same compiled function."""
+    grad: bool = False
+    """Run with grad mode on (a model not under torch.no_grad); otherwise under no_grad."""
+    values: bool = True
+    """Compare values; False where the inputs live on `meta` (shapes, dtypes, devices only)."""
+
+    def context(self):
+        return contextlib.nullcontext() if self.grad else torch.no_grad()
+
+
+def _random(*shape, seed=0, dtype=torch.bfloat16):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator).to(dtype)
+
+
+def _bytes(*shape, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, shape, generator=generator, dtype=torch.uint8)
+
+
+def _i32(*values):
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def _has(fn, parameter):
+    return parameter in inspect.signature(fn).parameters
+
+
+def families(f):
+    """Every family, by name: a function that gives its cases, by name."""
+    return {
+        name: functools.partial(build, f)
+        for name, build in (
+            ("routing", _routing),
+            ("activations", _activations),
+            ("norms", _norms),
+            ("rope", _rope),
+            ("cascade", _cascade),
+            ("paging", _paging),
+            ("sampling", _sampling),
+            ("quantizers", _quantizers),
+            ("gemms", _gemms),
+            ("grad", _grad),
+            ("logging", _logging),
+            ("model", _model),
+        )
+    }
+
+
+def _routing(f):
+    """The ways people reach an entry point: in a traced frame, compiled itself, inside their
+    own functools.wraps wrapper, kept out with torch.compiler.disable."""
+
+    @functools.wraps(f.silu_and_mul)
+    def act(x):
+        return f.silu_and_mul(x * 0.5) + 1
+
+    disabled = torch.compiler.disable(f.silu_and_mul)
+
+    def x():
+        return [_random(4, 256)]
+
+    op = ("fi_patch.silu_and_mul",)
+    return {
+        "silu_and_mul in a traced frame": Case(lambda x: f.silu_and_mul(x) * 2, x, op),
+        "silu_and_mul compiled itself": Case(f.silu_and_mul, x, op),
+        "a caller's functools.wraps wrapper of silu_and_mul": Case(lambda x: act(x) - 1, x, op),
+        "silu_and_mul under torch.compiler.disable": Case(
+            lambda x: disabled(x) + 1, x, (), fullgraph=False
+        ),
+        "rmsnorm compiled itself": Case(
+            f.rmsnorm, lambda: [_random(4, 64), _random(64, seed=1)], ("fi_patch_declared.rmsnorm",)
+        ),
+        "a caller's functools.wraps wrapper of merge_state": Case(
+            _wrapped_merge(f),
+            lambda: [_random(5, 4, 64), _random(5, 4, dtype=torch.float32)],
+            ("fi_patch_declared.merge_state",),
+        ),
+    }
+
+
+def _wrapped_merge(f):
+    @functools.wraps(f.merge_state)
+    def merge(v, s):
+        merged, lse = f.merge_state(v, s, v * 2, s - 1)
+        return merged + 1, lse * 2
+
+    return lambda v, s: merge(v, s)
+
+
+def _activations(f):
+    cases = {}
+    for name in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"):
+        fn = getattr(f, name)
+        op, out = ("fi_patch." + name,), (f"fi_patch.{name}_out",)
+        cases.update(
+            {
+                name: Case(lambda x, fn=fn: fn(x) * 3, lambda: [_random(4, 256)], op),
+                name + " out=": Case(
+                    lambda x, o, fn=fn: fn(x, out=o),
+                    lambda: [_random(4, 256), _random(4, 128, seed=1)],
+                    out,
+                    written=(1,),
+                ),
+                name + " into a view of a graph input": Case(
+                    lambda x, o, fn=fn: fn(x, out=o[:, 1]),
+                    lambda: [_random(4, 256), _random(4, 2, 128, seed=1)],
+                    out,
+                    written=(1,),
+                ),
+                name + ", float16, a dynamic batch": Case(
+                    lambda x, fn=fn: fn(x) + 1,
+                    lambda: [_random(8, 3, 64, dtype=torch.float16)],
+                    op,
+                    mark_dynamic=((0, 0),),
+                    again=(lambda: [_random(5, 3, 64, seed=2, dtype=torch.float16)],),
+                ),
+            }
+        )
+    return cases
+
+
+def _norms(f):
+    def pdl(fn):
+        return {"enable_pdl": False} if _has(fn, "enable_pdl") else {}
+
+    cases = {}
+    for name in ("rmsnorm", "gemma_rmsnorm"):
+        fn, op = getattr(f, name), ("fi_patch_declared." + name,)
+        kw = pdl(fn)
+        cases[name] = Case(
+            lambda x, w, fn=fn, kw=kw: fn(x, w, **kw) * 2,
+            lambda: [_random(4, 64), _random(64, seed=1)],
+            op,
+        )
+        cases[name + " out="] = Case(
+            lambda x, w, o, fn=fn, kw=kw: fn(x, w, out=o, **kw),
+            lambda: [_random(4, 64), _random(64, seed=1), _random(4, 64, seed=2)],
+            op,
+            written=(2,),
+        )
+    for name in ("fused_add_rmsnorm", "gemma_fused_add_rmsnorm"):
+        fn, op = getattr(f, name), ("fi_patch_declared." + name,)
+        kw = pdl(fn)
+        cases[name + " in place"] = Case(
+            lambda x, r, w, fn=fn, kw=kw: fn(x, r, w, **kw),
+            lambda: [_random(4, 64), _random(4, 64, seed=1), _random(64, seed=2)],
+            op,
+            written=(0, 1),
+        )
+        cases[name + " on rows of graph inputs, a dynamic batch"] = Case(
+            lambda x, r, w, fn=fn, kw=kw: fn(x[1:], r[1:], w, **kw),
+            lambda: [_random(6, 64), _random(6, 64, seed=1), _random(64, seed=2)],
+            op,
+            written=(0, 1),
+            mark_dynamic=((0, 0), (1, 0)),
+            again=(lambda: [_random(9, 64, seed=3), _random(9, 64, seed=4), _random(64, seed=5)],),
+        )
+    return cases
+
+
+def _rope(f):
+    indptr, offsets, pos = _i32(0, 2, 6), _i32(3, 0), torch.arange(6, dtype=torch.int32)
+    cache = _random(32, 64, dtype=torch.float32)
+
+    def qk():
+        return [_random(6, 4, 64), _random(6, 2, 64, seed=1)]
+
+    def qkv():
+        # q and k as views of one fused projection, as engines hold them.
+        return [_random(6, 3, 4, 64)]
+
+    return {
+        "apply_rope_inplace": Case(
+            lambda q, k: f.apply_rope_inplace(q, k, indptr, offsets),
+            qk,
+            ("fi_patch_declared.apply_rope",),
+            written=(0, 1),
+        ),
+        "apply_rope_pos_ids_inplace, interleaved, rotary_dim 32": Case(
+            lambda q, k: f.apply_rope_pos_ids_inplace(q, k, pos, rotary_dim=32, interleave=True),
+            qk,
+            ("fi_patch_declared.apply_rope_pos_ids",),
+            written=(0, 1),
+        ),
+        "apply_rope_pos_ids_inplace on q and k views of one qkv": Case(
+            lambda t: f.apply_rope_pos_ids_inplace(t[:, 0], t[:, 1], pos),
+            qkv,
+            ("fi_patch_declared.apply_rope_pos_ids",),
+            written=(0,),
+        ),
+        "apply_llama31_rope_inplace": Case(
+            lambda q, k: f.apply_llama31_rope_inplace(q, k, indptr, offsets),
+            qk,
+            ("fi_patch_declared.apply_llama31_rope",),
+            written=(0, 1),
+        ),
+        "apply_llama31_rope_pos_ids_inplace": Case(
+            lambda q, k: f.apply_llama31_rope_pos_ids_inplace(q, k, pos),
+            qk,
+            ("fi_patch_declared.apply_llama31_rope_pos_ids",),
+            written=(0, 1),
+        ),
+        "apply_rope_with_cos_sin_cache_inplace on 2-D query and key": Case(
+            lambda q, k: f.apply_rope_with_cos_sin_cache_inplace(pos.long(), q, k, 64, cache),
+            lambda: [_random(6, 256), _random(6, 128, seed=1)],
+            ("fi_patch_declared.apply_rope_pos_ids_cos_sin_cache",),
+            written=(0, 1),
+        ),
+    }
+
+
+def _cascade(f):
+    def states(lse_dtype=torch.float32):
+        return [
+            _random(5, 4, 64),
+            _random(5, 4, seed=1, dtype=lse_dtype),
+            _random(5, 4, 64, seed=2),
+            _random(5, 4, seed=3, dtype=lse_dtype),
+        ]
+
+    def stacked():
+        return [_random(5, 3, 4, 64), _random(5, 3, 4, seed=1, dtype=torch.float32)]
+
+    merge, merges = ("fi_patch_declared.merge_state",), ("fi_patch_declared.merge_states",)
+    return {
+        "merge_state": Case(lambda *a: f.merge_state(*a), states, merge),
+        "merge_state with a bfloat16 lse": Case(
+            lambda *a: f.merge_state(*a), lambda: states(torch.bfloat16), merge
+        ),
+        "merge_state_in_place": Case(
+            lambda *a: f.merge_state_in_place(*a),
+            states,
+            ("fi_patch_declared.merge_state_in_place",),
+            written=(0, 1),
+        ),
+        "merge_states": Case(lambda v, s: f.merge_states(v, s), stacked, merges),
+        "merge_states on meta tensors": Case(
+            lambda v, s: f.merge_states(v, s),
+            lambda: [t.to("meta") for t in stacked()],
+            merges,
+            values=False,
+        ),
+    }
+
+
+def _paging(f):
+    def appended(tupled):
+        def inputs():
+            cache = _random(4, 2, 8, 2, 64, seed=1)
+            return [_random(3, 2, 64), _random(3, 2, 64, seed=2), cache]
+
+        batch, positions = _i32(0, 0, 1), _i32(0, 1, 0)
+        indices, indptr, last = _i32(0, 1, 2), _i32(0, 1, 3), _i32(2, 1)
+
+        def call(k, v, cache):
+            paged = (cache[:, 0], cache[:, 1]) if tupled else cache
+            f.append_paged_kv_cache(k, v, batch, positions, paged, indices, indptr, last)
+            return cache.sum()
+
+        return Case(call, inputs, ("fi_patch_declared.append_paged_kv_cache",), written=(2,))
+
+    return {
+        "append_paged_kv_cache, one cache tensor": appended(False),
+        "append_paged_kv_cache, a (k, v) pair of views": appended(True),
+        "packbits": Case(
+            lambda x: f.packbits(x > 0),
+            lambda: [_random(100, dtype=torch.float32)],
+            ("fi_patch_declared.packbits",),
+        ),
+        "packbits, little": Case(
+            lambda x: f.packbits(x > 0, bitorder="little"),
+            lambda: [_random(100, dtype=torch.float32)],
+            ("fi_patch_declared.packbits",),
+        ),
+    }
+
+
+def _sampling(f):
+    def probs(rows=4, seed=0):
+        return torch.softmax(_random(rows, 128, seed=seed, dtype=torch.float32) * 3, -1)
+
+    def seeded(rows=4):
+        return [probs(rows), torch.tensor([7], dtype=torch.int64), torch.tensor([0])]
+
+    top_p, top_k = ("fi_patch.top_p_sampling_from_probs",), ("fi_patch.top_k_sampling_from_probs",)
+    joint = ("fi_patch.top_k_top_p_sampling_from_probs",)
+    return {
+        "top_p_sampling_from_probs with seed and offset tensors": Case(
+            lambda p, s, o: f.top_p_sampling_from_probs(p, 0.9, seed=s, offset=o), seeded, top_p
+        ),
+        "top_p_sampling_from_probs, top_p per row, return_valid": Case(
+            lambda p, s, o: f.top_p_sampling_from_probs(
+                p, torch.full((4,), 0.8), seed=s, offset=o, return_valid=True
+            ),
+            seeded,
+            top_p,
+        ),
+        "top_k_sampling_from_probs with a seed and an offset number": Case(
+            lambda p: f.top_k_sampling_from_probs(p, 10, seed=3, offset=4), lambda: [probs()], top_k
+        ),
+        "top_k_top_p_sampling_from_probs, a dynamic batch": Case(
+            lambda p, s, o: f.top_k_top_p_sampling_from_probs(p, 20, 0.9, seed=s, offset=o),
+            lambda: seeded(6),
+            joint,
+            mark_dynamic=((0, 0),),
+            again=(lambda: seeded(3),),
+        ),
+        "top_p_sampling_from_probs without seed and offset": Case(
+            lambda p: f.top_p_sampling_from_probs(p, 0.9),
+            lambda: [probs()],
+            ("fi_patch.top_p_sampling_from_probs_uncapturable",),
+        ),
+        "two top_p_sampling_from_probs calls without seed and offset": Case(
+            lambda p: (f.top_p_sampling_from_probs(p, 0.9), f.top_p_sampling_from_probs(p, 0.9)),
+            lambda: [probs()],
+            ("fi_patch.top_p_sampling_from_probs_uncapturable",) * 2,
+        ),
+        "top_k_top_p_sampling_from_probs without seed and offset": Case(
+            lambda p: f.top_k_top_p_sampling_from_probs(p, 20, 0.9),
+            lambda: [probs()],
+            ("fi_patch.top_k_top_p_sampling_from_probs_uncapturable",),
+        ),
+        "top_k_sampling_from_probs with check_nan": Case(
+            lambda p, s, o: f.top_k_sampling_from_probs(p, 10, check_nan=True, seed=s, offset=o),
+            seeded,
+            ("fi_patch.top_k_sampling_from_probs_uncapturable",),
+        ),
+        "top_k_top_p_sampling_from_probs, joint, indices": Case(
+            lambda p, s, o, i: f.top_k_top_p_sampling_from_probs(
+                p, 20, 0.9, indices=i, filter_apply_order="joint", seed=s, offset=o
+            ),
+            lambda: [*seeded(), torch.tensor([3, 0, 0, 2, 1])],
+            joint,
+        ),
+    }
+
+
+def _quantizers(f):
+    global_scale = torch.tensor([2.0])
+    fp4 = (
+        ("flashinfer.fp4_quantize",)
+        if hasattr(torch.ops.flashinfer, "fp4_quantize")
+        else ("fi_patch.flashinfer_fp4_quantize",)
+    )
+    cases = {
+        "fp4_quantize": Case(
+            lambda x: f.fp4_quantize(x, global_scale), lambda: [_random(16, 64)], fp4
+        ),
+        "fp4_quantize, column-major input": Case(
+            lambda x: f.fp4_quantize(x.T, global_scale), lambda: [_random(64, 16)], fp4
+        ),
+        "fp4_quantize, linear scales, column-major input": Case(
+            lambda x: f.fp4_quantize(x.T, global_scale, is_sf_swizzled_layout=False),
+            lambda: [_random(64, 16)],
+            fp4,
+        ),
+        "mxfp8_quantize": Case(
+            lambda x: f.mxfp8_quantize(x), lambda: [_random(16, 64)], ("fi_patch.mxfp8_quantize",)
+        ),
+        "nvfp4_batched_quantize": Case(
+            lambda x: f.nvfp4_batched_quantize(x, global_scale),
+            lambda: [_random(2, 16, 64)],
+            ("fi_patch.nvfp4_batched_quantize",),
+        ),
+        "scaled_fp4_grouped_quantize": Case(
+            lambda x, m: f.scaled_fp4_grouped_quantize(x, m, torch.tensor([2.0, 4.0])),
+            lambda: [_random(2, 16, 64), _i32(16, 9)],
+            ("fi_patch.scaled_fp4_grouped_quantize",),
+        ),
+        "silu_and_mul_scaled_nvfp4_experts_quantize": Case(
+            lambda x, m: f.silu_and_mul_scaled_nvfp4_experts_quantize(
+                x, m, torch.tensor([2.0, 4.0])
+            ),
+            lambda: [_random(2, 16, 128), _i32(16, 9)],
+            ("fi_patch.silu_and_mul_scaled_nvfp4_experts_quantize",),
+        ),
+        "block_scale_interleave": Case(
+            lambda s: f.block_scale_interleave(s),
+            lambda: [_bytes(20, 8)],
+            ("fi_patch.block_scale_interleave",),
+        ),
+    }
+    if _has(f.block_scale_interleave, "out"):
+        cases["block_scale_interleave out="] = Case(
+            lambda s, o: f.block_scale_interleave(s, out=o),
+            lambda: [_bytes(20, 8), _bytes(128 * 8, seed=1)],
+            ("fi_patch.block_scale_interleave_out",),
+            written=(1,),
+        )
+    return cases
+
+
+def _gemms(f):
+    def fp4_operands(m=8, n=32, k=128):
+        a, w = _bytes(m, k // 2), _bytes(n, k // 2, seed=1)
+        scales = _bytes(m, k // 16, seed=2), _bytes(n, k // 16, seed=3)
+        return [a, w, *(s.view(torch.float8_e4m3fn) for s in scales), torch.tensor([0.5])]
+
+    fp8 = torch.float8_e4m3fn
+    one = torch.ones(())
+
+    def mm_fp4(a, w, sa, sw, alpha):
+        return f.mm_fp4(a, w.T, sa, sw.T, alpha, backend="cutlass")
+
+    return {
+        "mm_fp4, cutlass": Case(mm_fp4, fp4_operands, ("fi_patch.mm_fp4",)),
+        "mm_fp4, a dynamic batch": Case(
+            lambda *a: mm_fp4(*a) + 1,
+            fp4_operands,
+            ("fi_patch.mm_fp4",),
+            mark_dynamic=((0, 0), (2, 0)),
+            again=(lambda: fp4_operands(m=5),),
+        ),
+        "mm_fp4 out=": Case(
+            lambda a, w, sa, sw, alpha, o: f.mm_fp4(
+                a, w.T, sa, sw.T, alpha, out=o, backend="cutlass"
+            ),
+            lambda: [*fp4_operands(), _random(8, 32)],
+            ("fi_patch.mm_fp4_out",),
+            written=(5,),
+        ),
+        "bmm_fp8 out=": Case(
+            lambda a, w, o: f.bmm_fp8(
+                a, w.transpose(-2, -1), one, one, torch.bfloat16, out=o, backend="cutlass"
+            ),
+            lambda: [
+                _random(2, 8, 64).to(fp8),
+                _random(2, 32, 64, seed=1).to(fp8),
+                _random(2, 8, 32, seed=2),
+            ],
+            ("fi_patch.bmm_fp8_out",),
+            written=(2,),
+        ),
+        # The trtllm_low_latency backend takes the weight prepared: (k // 128, n, 128).
+        "mm_fp8, trtllm_low_latency": Case(
+            lambda a, w: f.mm_fp8(a, w, backend="trtllm_low_latency"),
+            lambda: [_random(8, 256).to(fp8), _random(2, 32, 128, seed=1).to(fp8)],
+            ("fi_patch.mm_fp8",),
+        ),
+        "mm_fp8 out=": Case(
+            lambda a, w, o: f.mm_fp8(a, w, out=o, backend="trtllm_low_latency"),
+            lambda: [
+                _random(8, 256).to(fp8),
+                _random(2, 32, 128, seed=1).to(fp8),
+                _random(8, 32, seed=2),
+            ],
+            ("fi_patch.mm_fp8_out",),
+            written=(2,),
+        ),
+        "bmm_fp8, cutlass": Case(
+            lambda a, w: f.bmm_fp8(
+                a, w.transpose(-2, -1), one, one, torch.bfloat16, backend="cutlass"
+            ),
+            lambda: [_random(2, 8, 64).to(fp8), _random(2, 32, 64, seed=1).to(fp8)],
+            ("fi_patch.bmm_fp8",),
+        ),
+    }
+
+
+def _grad(f):
+    """A model not under torch.no_grad: inputs that require grad."""
+
+    def req(t):
+        return t.requires_grad_()
+
+    return {
+        "silu_and_mul on an input that requires grad": Case(
+            lambda x: f.silu_and_mul(x * 1.0),
+            lambda: [req(_random(4, 256))],
+            ("fi_patch.silu_and_mul",),
+            grad=True,
+        ),
+        "merge_state on inputs that require grad": Case(
+            lambda va, sa, vb, sb: f.merge_state(va * 1.0, sa * 1.0, vb, sb),
+            lambda: [
+                req(_random(5, 4, 64)),
+                req(_random(5, 4, seed=1, dtype=torch.float32)),
+                _random(5, 4, 64, seed=2),
+                _random(5, 4, seed=3, dtype=torch.float32),
+            ],
+            ("fi_patch_declared.merge_state",),
+            grad=True,
+        ),
+        "merge_states on inputs that require grad": Case(
+            lambda v, s: f.merge_states(v * 1.0, s),
+            lambda: [req(_random(5, 3, 4, 64)), _random(5, 3, 4, seed=1, dtype=torch.float32)],
+            ("fi_patch_declared.merge_states",),
+            grad=True,
+        ),
+        "packbits on an input that requires grad": Case(
+            lambda x: f.packbits((x * 1.0) > 0),
+            lambda: [req(_random(100, dtype=torch.float32))],
+            ("fi_patch_declared.packbits",),
+            grad=True,
+        ),
+        "rmsnorm on an input that requires grad": Case(
+            lambda x, w: f.rmsnorm(x * 1.0, w),
+            lambda: [req(_random(4, 64)), _random(64, seed=1)],
+            ("fi_patch_declared.rmsnorm",),
+            grad=True,
+        ),
+    }
+
+
+def _logging(f):
+    """Run with FLASHINFER_LOGLEVEL=1 (the test sets it): FlashInfer's API-logging wrapper."""
+    return {
+        "rmsnorm with API logging on": Case(
+            lambda x, w: f.rmsnorm(x, w) * 2,
+            lambda: [_random(4, 64), _random(64, seed=1)],
+            ("fi_patch_declared.rmsnorm",),
+        ),
+        "packbits with API logging on": Case(
+            lambda x: f.packbits(x > 0),
+            lambda: [_random(100, dtype=torch.float32)],
+            ("fi_patch_declared.packbits",),
+        ),
+        "silu_and_mul with API logging on": Case(
+            lambda x: f.silu_and_mul(x) * 2, lambda: [_random(4, 256)], ("fi_patch.silu_and_mul",)
+        ),
+    }
+
+
+def _model(f):
+    from decoder import case
+
+    return {"a decoder layer as engines write it": case(f, Case, _random, _bytes)}

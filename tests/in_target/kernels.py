@@ -1,0 +1,525 @@
+"""CPU stand-ins for the kernels FlashInfer's entry points reach, doing the kernels' math (or, for
+FP4 and FP8, a deterministic function of their inputs).
+
+`install()` makes every JIT module FlashInfer builds (`gen_..._module().build_and_load()`) a
+`Kernels` object, and clears the module getters' caches, so that FlashInfer's own Python runs as
+it does on a GPU host: its getters, its declarations, its checks and allocations, its runners
+and autotuner; only the JIT module's functions are these. The device questions a CPU cannot
+answer are answered as an SM 10.0 host does, and the two CUDA-only buffers come from the CPU.
+Each kernel runs under torch.no_grad (a compiled kernel writes without autograd) and writes
+where the real kernel writes. A kernel with no stand-in here raises LookupError naming it, so
+that no case passes by doing nothing.
+
+The formulas follow the kernels' sources (read in FlashInfer 0.6.8.post1 and 0.7.4): the merges'
+log-sum-exp is in base 2; rope rotates the first rotary_dim dimensions, NeoX halves or GPT-J
+pairs; fused_add_rmsnorm normalises the float sum and stores the rounded one in residual.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+
+import torch
+
+# --- activations and norms ----------------------------------------------------------------------
+
+
+def _act(kind):
+    def kernel(out, input, *rest):
+        d = input.shape[-1] // 2
+        gate, up = input[..., :d].float(), input[..., d:].float()
+        if kind == "silu":
+            act = torch.nn.functional.silu(gate)
+        elif kind == "gelu":
+            act = torch.nn.functional.gelu(gate)
+        else:
+            act = torch.nn.functional.gelu(gate, approximate="tanh")
+        out.copy_((act * up).to(out.dtype))
+
+    return kernel
+
+
+def _normed(x, weight, eps, bias):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (weight.float() + bias)
+
+
+def _rmsnorm(bias):
+    def kernel(out, input, weight, eps, *rest):
+        out.copy_(_normed(input.float(), weight, eps, bias).to(out.dtype))
+
+    return kernel
+
+
+def _fused_add_rmsnorm(bias):
+    def kernel(input, residual, weight, eps, *rest):
+        x = input.float() + residual.float()
+        residual.copy_(x.to(residual.dtype))
+        input.copy_(_normed(x, weight, eps, bias).to(input.dtype))
+
+    return kernel
+
+
+# --- rope ---------------------------------------------------------------------------------------
+
+
+def _rotated(x, cos, sin, rotary_dim, interleave):
+    """x (nnz, heads, dim) in float32, its first rotary_dim dimensions rotated by cos and sin
+    (nnz, rotary_dim // 2): GPT-J pairs where interleaved, NeoX halves otherwise."""
+    out = x.float().clone()
+    rot = out[..., :rotary_dim]
+    c, s = cos[:, None, :], sin[:, None, :]
+    if interleave:
+        even, odd = rot[..., 0::2].clone(), rot[..., 1::2].clone()
+        rot[..., 0::2] = even * c - odd * s
+        rot[..., 1::2] = odd * c + even * s
+    else:
+        half = rotary_dim // 2
+        first, second = rot[..., :half].clone(), rot[..., half:].clone()
+        rot[..., :half] = first * c - second * s
+        rot[..., half:] = second * c + first * s
+    return out
+
+
+def _frequencies(rotary_dim, rope_scale, rope_theta, llama31=None):
+    j = torch.arange(rotary_dim // 2, dtype=torch.float32)
+    f = rope_theta ** (-(2 * j) / rotary_dim)
+    if llama31 is None:
+        return f / rope_scale
+    low, high, old = llama31
+    a = old / (2 * math.pi * (high - low))
+    b = -1.0 / (high / low - 1.0)
+    smooth = (f * a + b).clamp(0, 1)
+    return (1 - smooth) * f / rope_scale + smooth * f
+
+
+def _segment_positions(indptr, offsets, nnz):
+    positions = torch.empty(nnz, dtype=torch.float32)
+    for b in range(offsets.shape[0]):
+        start, end = int(indptr[b]), int(indptr[b + 1])
+        positions[start:end] = offsets[b].float() + torch.arange(end - start, dtype=torch.float32)
+    return positions
+
+
+def _rope_write(q, k, q_rope, k_rope, positions, freqs, rotary_dim, interleave):
+    angle = positions[:, None] * freqs[None, :]
+    cos, sin = angle.cos(), angle.sin()
+    q_rope.copy_(_rotated(q, cos, sin, rotary_dim, interleave).to(q_rope.dtype))
+    k_rope.copy_(_rotated(k, cos, sin, rotary_dim, interleave).to(k_rope.dtype))
+
+
+def _apply_rope(q, k, q_rope, k_rope, indptr, offsets, rotary_dim, interleave, scale, theta):
+    positions = _segment_positions(indptr, offsets, q.shape[0])
+    freqs = _frequencies(rotary_dim, scale, theta)
+    _rope_write(q, k, q_rope, k_rope, positions, freqs, rotary_dim, interleave)
+
+
+def _apply_rope_pos_ids(q, k, q_rope, k_rope, pos_ids, rotary_dim, interleave, scale, theta):
+    freqs = _frequencies(rotary_dim, scale, theta)
+    _rope_write(q, k, q_rope, k_rope, pos_ids.float(), freqs, rotary_dim, interleave)
+
+
+def _apply_llama31_rope(q, k, q_rope, k_rope, indptr, offsets, rotary_dim, interleave, *rest):
+    scale, theta, low, high, old = rest
+    positions = _segment_positions(indptr, offsets, q.shape[0])
+    freqs = _frequencies(rotary_dim, scale, theta, (low, high, old))
+    _rope_write(q, k, q_rope, k_rope, positions, freqs, rotary_dim, interleave)
+
+
+def _apply_llama31_rope_pos_ids(q, k, q_rope, k_rope, pos_ids, rotary_dim, interleave, *rest):
+    scale, theta, low, high, old = rest
+    freqs = _frequencies(rotary_dim, scale, theta, (low, high, old))
+    _rope_write(q, k, q_rope, k_rope, pos_ids.float(), freqs, rotary_dim, interleave)
+
+
+def _apply_rope_cos_sin_cache(q, k, q_rope, k_rope, cos_sin_cache, pos_ids, interleave):
+    # The cache's row for each position: cos, then sin, over rotary_dim // 2 each.
+    rotary_dim = cos_sin_cache.shape[1]
+    rows = cos_sin_cache[pos_ids.long()].float()
+    cos, sin = rows[:, : rotary_dim // 2], rows[:, rotary_dim // 2 :]
+    q_rope.copy_(_rotated(q, cos, sin, rotary_dim, interleave).to(q_rope.dtype))
+    k_rope.copy_(_rotated(k, cos, sin, rotary_dim, interleave).to(k_rope.dtype))
+
+
+# --- cascade, paging, packbits ------------------------------------------------------------------
+
+
+def _merged(v, s, dim):
+    """Merge along `dim`: v (..., H, D) states with base-2 lse s (..., H)."""
+    m = s.max(dim, keepdim=True).values
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    w = torch.exp2(s - m)
+    total = w.sum(dim)
+    merged = (w[..., None] * v.float()).sum(dim) / total[..., None]
+    return merged, m.squeeze(dim) + torch.log2(total)
+
+
+def _merge_state(v_a, s_a, v_b, s_b, v_merged, s_merged):
+    v, s = _merged(torch.stack([v_a, v_b], 1), torch.stack([s_a, s_b], 1).float(), 1)
+    v_merged.copy_(v.to(v_merged.dtype))
+    s_merged.copy_(s)
+
+
+def _merge_state_in_place(v, s, v_other, s_other, mask=None):
+    merged_v, merged_s = _merged(torch.stack([v, v_other], 1), torch.stack([s, s_other], 1), 1)
+    if mask is not None:
+        keep = mask.bool()
+        merged_v = torch.where(keep[:, None, None], merged_v, v.float())
+        merged_s = torch.where(keep[:, None], merged_s, s)
+    v.copy_(merged_v.to(v.dtype))
+    s.copy_(merged_s)
+
+
+def _merge_states(v, s, v_merged, s_merged):
+    merged_v, merged_s = _merged(v, s.float(), 1)
+    v_merged.copy_(merged_v.to(v_merged.dtype))
+    s_merged.copy_(merged_s)
+
+
+def _append_paged_kv_cache(key, value, batch_indices, positions, k_cache, v_cache, *rest):
+    kv_indices, kv_indptr, _, layout = rest
+    page_size = k_cache.shape[1] if layout == 0 else k_cache.shape[2]
+    for i in range(key.shape[0]):
+        b = int(batch_indices[i])
+        p = int(kv_indptr[b]) * page_size + int(positions[i])
+        page, entry = int(kv_indices[p // page_size]), p % page_size
+        if layout == 0:
+            k_cache[page, entry] = key[i]
+            v_cache[page, entry] = value[i]
+        else:
+            k_cache[page, :, entry] = key[i]
+            v_cache[page, :, entry] = value[i]
+
+
+def _packbits(x, bitorder, y):
+    bits = x.reshape(-1).to(torch.uint8)
+    padded = torch.zeros((bits.numel() + 7) // 8 * 8, dtype=torch.uint8)
+    padded[: bits.numel()] = bits
+    groups = padded.view(-1, 8).to(torch.int32)
+    shifts = torch.arange(7, -1, -1) if bitorder == "big" else torch.arange(8)
+    y.copy_((groups << shifts).sum(1).to(torch.uint8))
+
+
+# --- sampling -----------------------------------------------------------------------------------
+
+
+def _uniform(rows, seed, offset):
+    """One number in [0, 1) per row, from its seed and offset (the Philox stream stood in)."""
+    index = torch.arange(rows, dtype=torch.float64)
+    x = torch.sin(seed.double() * 12.9898 + offset.double() * 78.233 + index * 37.719) * 43758.5453
+    return (x - x.floor()).float()
+
+
+def _per_row(arr, val, rows, dtype):
+    if arr is None:
+        return torch.full((rows,), val, dtype=dtype)
+    arr = arr.to(dtype)
+    return arr.expand(rows) if arr.numel() == 1 else arr[:rows]
+
+
+def _filtered(probs, top_k=None, top_p=None):
+    """Each row's probabilities with what top-k then top-p leave, renormalised."""
+    p = probs.float().clone()
+    vocab = p.shape[-1]
+    if top_k is not None:
+        k = top_k.clamp(1, vocab).long()
+        kth = p.sort(-1, descending=True).values.gather(1, (k - 1)[:, None])
+        p = torch.where(p >= kth, p, torch.zeros_like(p))
+    if top_p is not None:
+        sorted_p, order = p.sort(-1, descending=True)
+        before = sorted_p.cumsum(-1) - sorted_p
+        keep = before < top_p[:, None] * sorted_p.sum(-1, keepdim=True)
+        p = torch.zeros_like(p).scatter(1, order, torch.where(keep, sorted_p, 0.0))
+    return p / p.sum(-1, keepdim=True).clamp_min(1e-30)
+
+
+def _sample(probs, samples, valid, indices, top_k, top_p, seeds):
+    rows = samples.shape[0]
+    source = probs[indices.long()] if indices is not None else probs[:rows]
+    p = _filtered(source, top_k, top_p)
+    u = _uniform(rows, *seeds)
+    chosen = (p.cumsum(-1) <= u[:, None]).sum(-1).clamp(max=p.shape[-1] - 1)
+    samples.copy_(chosen.to(samples.dtype))
+    valid.fill_(True)
+
+
+def _seeds(rows, maybe_seed_arr, seed_val, maybe_offset_arr, offset_val):
+    seed = _per_row(maybe_seed_arr, seed_val, rows, torch.int64)
+    offset = _per_row(maybe_offset_arr, offset_val, rows, torch.int64)
+    return seed, offset
+
+
+def _top_p_sampling(probs, samples, valid, indices, top_p_arr, top_p_val, det, *seeds):
+    rows = samples.shape[0]
+    top_p = _per_row(top_p_arr, top_p_val, rows, torch.float32)
+    _sample(probs, samples, valid, indices, None, top_p, _seeds(rows, *seeds))
+
+
+def _top_k_sampling(probs, samples, valid, indices, top_k_arr, top_k_val, det, *seeds):
+    rows = samples.shape[0]
+    top_k = _per_row(top_k_arr, top_k_val, rows, torch.int64)
+    _sample(probs, samples, valid, indices, top_k, None, _seeds(rows, *seeds))
+
+
+def _top_k_top_p_sampling(probs, samples, valid, indices, k_arr, k_val, p_arr, p_val, det, *seeds):
+    rows = samples.shape[0]
+    top_k = _per_row(k_arr, k_val, rows, torch.int64)
+    top_p = _per_row(p_arr, p_val, rows, torch.float32)
+    _sample(probs, samples, valid, indices, top_k, top_p, _seeds(rows, *seeds))
+
+
+def _top_k_renorm_probs(probs, renorm_probs, top_k_arr, top_k_val, *rest):
+    top_k = _per_row(top_k_arr, top_k_val, probs.shape[0], torch.int64)
+    renorm_probs.copy_(_filtered(probs, top_k).to(renorm_probs.dtype))
+
+
+# --- FP4 and FP8: a deterministic function of the inputs -----------------------------------------
+
+
+def _nibbles(x):
+    """Two values a byte, the even element in the low nibble: x scaled to 4-bit codes."""
+    codes = (x.float() * 2).round().clamp(-7, 7).to(torch.int16) & 0xF
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+
+
+def _block_scales(x, block):
+    """One byte per block of `block` values along the last dimension: its largest magnitude,
+    below 0x7F (read as float8_e4m3fn, as the scales are, every byte is a number, none NaN)."""
+    rows = x.float().reshape(-1, x.shape[-1])
+    amax = rows.abs().reshape(rows.shape[0], -1, block).amax(-1)
+    return (amax * 16).clamp(0, 126).to(torch.uint8)
+
+
+def _fill(flat, values):
+    """Write `values` flattened into `flat`, from its start; the rest zero."""
+    values = values.reshape(-1).to(flat.dtype)
+    flat.zero_()
+    n = min(flat.numel(), values.numel())
+    flat.view(-1)[:n] = values[:n]
+
+
+def _swizzled(scales, rows_to):
+    """(m, ks) scales in a padded tile layout: rows to `rows_to`, columns to 4."""
+    m, ks = scales.shape
+    mp, kp = -(-m // rows_to) * rows_to, -(-ks // 4) * 4
+    padded = torch.zeros(mp, kp, dtype=scales.dtype)
+    padded[:m, :ks] = scales
+    if rows_to == 128:
+        return padded.view(mp // 128, 4, 32, kp // 4, 4).permute(0, 3, 2, 1, 4)
+    return padded.view(mp // rows_to, rows_to, kp // 4, 4).permute(0, 2, 1, 3)
+
+
+def _fp4_quantize(input, global_scale, out_val, out_sf, sf_vec_size, ue8m0, swizzled, eight, *rest):
+    scale = global_scale.float().reshape(-1)[0] if global_scale is not None else 1.0
+    x = input.float() * scale
+    out_val.copy_(_nibbles(x))
+    scales = _block_scales(x, sf_vec_size)
+    _fill(out_sf, _swizzled(scales, 8 if eight else 128) if swizzled else scales)
+
+
+def _fp4_batched_quantize(input, global_scale, out_val, out_sf, sf_vec_size, *rest):
+    x = input.float() * global_scale.float().reshape(-1)[0]
+    out_val.copy_(_nibbles(x))
+    for b in range(x.shape[0]):
+        _fill(out_sf[b], _swizzled(_block_scales(x[b], sf_vec_size), 128))
+
+
+def _experts_quantize(output, output_scales, input, global_scale, mask, use_silu, *rest):
+    experts = global_scale.numel()
+    x = input.float()
+    if use_silu:
+        k = x.shape[-1] // 2
+        x = (torch.nn.functional.silu(x[..., :k]) * x[..., k:]).to(input.dtype).float()
+    x = x.view(experts, -1, x.shape[-1]) * global_scale.float().view(-1, 1, 1)
+    output.copy_(_nibbles(x).view(output.shape))
+    scales = torch.stack(
+        [_swizzled(_block_scales(x[e], 16), 128).reshape(-1) for e in range(experts)]
+    )
+    _fill(output_scales.view(torch.uint8), scales)
+
+
+def _block_scale_interleave(unswizzled_sf, out):
+    s = unswizzled_sf if unswizzled_sf.dim() == 3 else unswizzled_sf.unsqueeze(0)
+    _fill(out, torch.stack([_swizzled(e, 128).reshape(-1) for e in s]))
+
+
+def _mxfp8_quantize_host(input, out_val, out_sf, layout):
+    x = input.float()
+    out_val.copy_(((x * 8).round().clamp(-127, 127).to(torch.int16) & 0xFF).to(out_val.dtype))
+    scales = _block_scales(x, 32)
+    _fill(out_sf, _swizzled(scales, 128) if layout == 0 else scales)
+
+
+def _mxfp8_quantize(input, out_val, out_sf, layout, alignment, *rest):
+    x = input.float()
+    padded = torch.zeros(*x.shape[:-1], out_val.shape[-1])
+    padded[..., : x.shape[-1]] = x
+    out_val.copy_((padded / 64).to(out_val.dtype))
+    scales = _block_scales(padded, 32)
+    _fill(out_sf, _swizzled(scales, 8 if layout == 1 else 128) if layout != 2 else scales)
+
+
+# --- GEMMs ---------------------------------------------------------------------------------------
+
+
+def _fp4_gemm(a, b_t, a_descale, b_descale_t, alpha, out, workspace, tactic, *rest):
+    product = a.float() @ b_t.float().T / 256
+    if alpha is not None:
+        product = product * alpha.float().reshape(-1)[0]
+    out.copy_(product.to(out.dtype))
+
+
+def _fp8_gemm(a, b_t, scale_a, scale_b, out, workspace, tactic, *rest):
+    product = torch.bmm(a.float(), b_t.float().transpose(-2, -1))
+    out.copy_((product * scale_a.float() * scale_b.float()).to(out.dtype))
+
+
+def _trtllm_low_latency_gemm(workspace, a, b, global_scale, out, tactic):
+    # b is the (k // 128, n, 128) prepared weight: (n, k) again for the product.
+    weight = b.float().permute(1, 0, 2).reshape(b.shape[1], -1)
+    product = a.float() @ weight.T
+    if global_scale is not None:
+        product = product * global_scale.float().reshape(-1)[0]
+    out.copy_(product.to(out.dtype))
+
+
+KERNELS = {
+    "silu_and_mul": _act("silu"),
+    "gelu_and_mul": _act("gelu"),
+    "gelu_tanh_and_mul": _act("gelu_tanh"),
+    "rmsnorm": _rmsnorm(0.0),
+    "gemma_rmsnorm": _rmsnorm(1.0),
+    "fused_add_rmsnorm": _fused_add_rmsnorm(0.0),
+    "gemma_fused_add_rmsnorm": _fused_add_rmsnorm(1.0),
+    "apply_rope": _apply_rope,
+    "apply_rope_pos_ids": _apply_rope_pos_ids,
+    "apply_llama31_rope": _apply_llama31_rope,
+    "apply_llama31_rope_pos_ids": _apply_llama31_rope_pos_ids,
+    "apply_rope_pos_ids_cos_sin_cache": _apply_rope_cos_sin_cache,
+    "merge_state": _merge_state,
+    "merge_state_in_place": _merge_state_in_place,
+    "merge_states": _merge_states,
+    "append_paged_kv_cache": _append_paged_kv_cache,
+    "packbits": _packbits,
+    "top_p_sampling_from_probs": _top_p_sampling,
+    "top_k_sampling_from_probs": _top_k_sampling,
+    "top_k_top_p_sampling_from_probs": _top_k_top_p_sampling,
+    "top_k_renorm_probs": _top_k_renorm_probs,
+    "fp4_quantize": _fp4_quantize,
+    "fp4_batched_quantize": _fp4_batched_quantize,
+    "silu_and_mul_scaled_nvfp4_experts_quantize": _experts_quantize,
+    "block_scale_interleave_sm100": _block_scale_interleave,
+    "mxfp8_quantize_host": _mxfp8_quantize_host,
+    "mxfp8_quantize": _mxfp8_quantize,
+    "fp4_gemm": _fp4_gemm,
+    "fp8_gemm": _fp8_gemm,
+    "trtllm_low_latency_gemm": _trtllm_low_latency_gemm,
+}
+"""By the name FlashInfer calls on its JIT module."""
+
+
+class Kernels:
+    """A JIT module: every kernel by the name FlashInfer calls, run without autograd."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        kernel = KERNELS.get(name)
+        if kernel is None:
+            raise LookupError(f"no CPU stand-in for FlashInfer's kernel {name}")
+
+        def run(*args, **kwargs):
+            with torch.no_grad():
+                return kernel(*args, **kwargs)
+
+        return run
+
+    def get_workspace_size_in_bytes(self, *args):
+        return 1024
+
+
+class _Spec:
+    """What a stood-in `gen_..._module(...)` returns: a spec whose build gives the kernels."""
+
+    def build_and_load(self, *args, **kwargs):
+        return Kernels()
+
+    def get_library_path(self):
+        return ""
+
+    def get_library_paths(self):
+        return []
+
+
+def _spec(*args, **kwargs):
+    return _Spec()
+
+
+def _buffer(name, size, device, *rest, **kwargs):
+    return torch.zeros(size, dtype=torch.uint8, device=device)
+
+
+def _row_states(name, device, *rest, **kwargs):
+    return torch.zeros(1024 * 1024, dtype=torch.uint8, device=device)
+
+
+class _Generator:
+    """The device generator's (seed, offset), as FlashInfer's samplers read and advance it when
+    called without seed and offset: from 0 again at each `reset()`, so that an eager call and a
+    compiled one draw the same numbers; standing still while `still` (opcheck runs an op again
+    and again, and compares what it gives)."""
+
+    offset = 0
+    still = False
+
+    @classmethod
+    def seed_and_offset(cls, increment, generator=None, device=None):
+        offset = cls.offset
+        if not cls.still:
+            cls.offset += (increment + 3) // 4 * 4
+        return 1234, offset
+
+
+def reset():
+    _Generator.offset = 0
+
+
+class still:
+    """The generator stands still inside the block."""
+
+    def __enter__(self):
+        _Generator.still = True
+
+    def __exit__(self, *exc):
+        _Generator.still = False
+
+
+REPLACED = {
+    "get_compute_capability": lambda device: (10, 0),
+    "_get_stream_cache_buf": _buffer,
+    "_get_row_states_buffer": _row_states,
+    "setup_cubin_loader": lambda *args, **kwargs: None,
+    "get_seed_and_offset": _Generator.seed_and_offset,
+}
+"""What a CPU cannot answer, answered as an SM 10.0 host does."""
+
+
+def install():
+    """Stand in the JIT modules of every FlashInfer module loaded, and the device questions."""
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("flashinfer") or module is None:
+            continue
+        space = vars(module)
+        for key, value in list(space.items()):
+            if key.startswith("gen_") and "_module" in key and callable(value):
+                space[key] = _spec
+            elif key in REPLACED:
+                space[key] = REPLACED[key]
+        for value in list(space.values()):
+            if isinstance(value, functools._lru_cache_wrapper):
+                value.cache_clear()
+        # 0.7.4 asks the current CUDA device which build to load (Rubin's or not): not Rubin.
+        built = space.get("_get_trtllm_low_latency_gemm_module_impl")
+        if built is not None:
+            space["get_trtllm_low_latency_gemm_module"] = functools.partial(built, False)

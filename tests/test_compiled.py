@@ -1,0 +1,189 @@
+"""Compiled equals eager, every way people compile: the real compiler, never a silent wrong result.
+
+After `fi-patch apply`, each family of tests/in_target/cases.py runs in the target venv
+(tests/in_target/compiled.py): each case eagerly, then compiled with `aot_eager` and with
+Inductor on the CPU, on fresh copies of the same inputs, FlashInfer's kernels stood in below its
+own Python by CPU code doing their math (tests/in_target/kernels.py). The outputs, every input
+the call writes (views of graph inputs, q and k as views of one qkv), the graphs' ops (one op
+per call, none under torch.compiler.disable, no recompile for a dynamic batch) and
+requires_grad must be eager's. The families name the cases a review found wrong before (a
+caller's functools.wraps wrapper, torch.compile of the entry point itself, disable, merge_state's
+bfloat16 lse, merge_states on another device, a model not under no_grad) and a decoder layer as
+engines write it.
+
+Inductor's compiled code is kept in the test cache, keyed by what it was compiled from: the
+release, the torch build, and fi-patch's placed code, patches and these in-target files (a fake
+changed since must compile anew: Inductor's own cache does not key on a custom op's fake).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fi_patcher.errors import ExitCode
+from fi_patcher.registry import load_patches
+from tests.support.cli import fi_patch
+from tests.support.deps import CPU_TORCH, CUDA_TORCH, OLDEST_TORCH, shared, use
+from tests.support.releases import CACHE, CUDA, release
+from tests.support.tiers import SLOW
+from tests.support.tool import ROOT
+from tests.support.toolkits import toolkit
+from tests.support.venvs import create_venv, install, python_of
+
+IN_TARGET = ROOT / "tests" / "in_target"
+FAMILIES = (
+    "routing",
+    "activations",
+    "norms",
+    "rope",
+    "cascade",
+    "paging",
+    "sampling",
+    "quantizers",
+    "gemms",
+    "grad",
+    "model",
+)
+TORCHES = {"2.14.1": CUDA_TORCH, "2.13.0": CPU_TORCH, "2.8.0": OLDEST_TORCH}
+"""torch's CUDA 13.0 build (imported on the CPU), its CPU build, and the oldest torch the patches
+that make ops accept (a CUDA 12.8 build)."""
+TARGETS = [
+    ("0.7.4", "2.14.1"),
+    pytest.param("0.6.8.post1", "2.14.1", marks=SLOW),
+    pytest.param("0.7.4", "2.13.0", marks=SLOW),
+    pytest.param("0.6.8.post1", "2.13.0", marks=SLOW),
+    pytest.param("0.7.4", "2.8.0", marks=SLOW),
+    pytest.param("0.6.8.post1", "2.8.0", marks=SLOW),
+]
+
+Applied = Callable[[str, str], Path]
+
+
+@pytest.fixture(scope="session")
+def applied(tmp_path_factory: pytest.TempPathFactory) -> Applied:
+    """A venv holding `version` and torch `torch_version`, every patch applied and proven; one
+    per test process and pair."""
+    made: dict[tuple[str, str], Path] = {}
+
+    def get(version: str, torch_version: str) -> Path:
+        if (version, torch_version) not in made:
+            folder = tmp_path_factory.mktemp(f"compiled-{version}-{torch_version}")
+            venv = create_venv(folder / "venv")
+            install(venv, release(version))
+            use(venv, shared(TORCHES[torch_version]))
+            runner = CliRunner(env={"VIRTUAL_ENV": None, "CONDA_PREFIX": None, "NO_COLOR": "1"})
+            run = fi_patch(runner, "apply", "--venv", venv, *_oldest(torch_version, folder))
+            assert run.code == ExitCode.OK, run.text
+            made[version, torch_version] = venv
+        return made[version, torch_version]
+
+    return get
+
+
+def _oldest(torch_version: str, folder: Path) -> list[str | Path]:
+    """On torch 2.8 (CUDA 12.8), a CUDA 12.8 toolkit of its own, and every patch but
+    get_cuda_version's, whose proof Dynamo 2.8 cannot trace (packaging's Version raises inside
+    it): the patches that make ops are what this torch proves."""
+    if torch_version != "2.8.0":
+        return []
+    named = [x for p in load_patches() if p.id != CUDA for x in ("--patch", p.id)]
+    return [*named, "--cuda-home", toolkit(folder / "cuda-12.8", "12.8")]
+
+
+def inductor_cache(version: str, torch_version: str) -> Path:
+    """Where Inductor keeps what it compiled for this release and torch, from this code."""
+    sources = [
+        *sorted((ROOT / "src" / "fi_patcher" / "placed").glob("*.py")),
+        *sorted((ROOT / "patches").glob("*.toml")),
+        *sorted(IN_TARGET.glob("*.py")),
+    ]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    return CACHE / "inductor" / f"{version}-{torch_version}-{digest}"
+
+
+def compiled(venv: Path, family: str, version: str, torch_version: str, **env: str) -> dict:
+    """Every case of `family` in `venv`: by case, by backend, what compiled.py found."""
+    completed = subprocess.run(
+        [python_of(venv), IN_TARGET / "compiled.py", family],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+        env={
+            **os.environ,
+            "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache(version, torch_version)),
+            **env,
+        },
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    found = json.loads(completed.stdout.strip().splitlines()[-1])[family]
+    assert found, f"no family {family} in tests/in_target/cases.py"
+    assert "cases" not in found, found["cases"]
+    return dict(found)
+
+
+def unequal(found: dict) -> dict[str, str]:
+    """The cases and backends where compiled is not eager, with what differs."""
+    return {
+        f"{case} ({backend})": result.get("differs") or result.get("error", "")
+        for case, backends in found.items()
+        for backend, result in backends.items()
+        if not result["equal"]
+    }
+
+
+def unchecked(found: dict) -> dict[str, str]:
+    """Each op of fi-patch's a case's graph holds that torch.library.opcheck found wrong, or did
+    not check, by case (a case on `meta` has no values to check with, and checks none)."""
+    wrong = {}
+    for case, backends in found.items():
+        checks = backends["aot_eager"].get("opcheck")
+        if checks is None:
+            continue
+        said = {op.removesuffix(".default"): verdict for op, verdict in checks.items()}
+        held = {o for graph in backends["aot_eager"]["graphs"] for o in graph}
+        for op in sorted(o.removesuffix(".default") for o in held if o.startswith("fi_patch")):
+            verdict = said.get(op, "not checked")
+            if not verdict.startswith("ok"):
+                wrong[f"{case}: {op}"] = verdict
+    return wrong
+
+
+@pytest.mark.parametrize(("version", "torch_version"), TARGETS)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_compiled_equals_eager(
+    applied: Applied, family: str, version: str, torch_version: str
+) -> None:
+    venv = applied(version, torch_version)
+    found = compiled(venv, family, version, torch_version)
+    assert all(set(backends) == {"aot_eager", "inductor"} for backends in found.values())
+    assert unequal(found) == {}
+    assert unchecked(found) == {}
+
+
+@pytest.mark.parametrize(("version", "torch_version"), TARGETS)
+def test_every_op_fi_patch_registers_is_in_a_case(
+    applied: Applied, version: str, torch_version: str
+) -> None:
+    """Each op fi-patch registers in the release is held by some case's graph (and so compiled
+    against eager, and checked by opcheck where that case runs it)."""
+    venv = applied(version, torch_version)
+    completed = subprocess.run(
+        [python_of(venv), IN_TARGET / "compiled.py", "--coverage"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    found = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert len(found["registered"]) >= 30, found
+    assert set(found["registered"]) - set(found["held"]) == set()
