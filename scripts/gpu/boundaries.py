@@ -11,6 +11,9 @@ an op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantiz
 with seed and offset given), called without and with `out=` where it takes it, it compares
 `torch.compile(fullgraph=True)` (the default backend, Inductor) with the eager call, bit for bit;
 then captures the compiled function in a CUDA graph, replays it on new input, and compares again.
+The samplers also compile with mode="reduce-overhead" (Inductor's own CUDA graphs): with seed and
+offset tensors each call equals eager; without them the op (tagged cudagraph_unsafe) runs out of
+the graphs, and two calls on one input draw anew, as eager's do.
 An entry point the release does not have, or whose boundary fi-patch left as it is, is named and
 not checked. One line per case; JSON with --out.
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import sys
 
-from replay import check_made, main
+from replay import check_made, check_reduce_overhead, main
 
 
 def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
@@ -161,6 +164,33 @@ def samplers(torch, f):  # type: ignore[no-untyped-def]
         )
 
 
+def reduce_overhead(torch, f):  # type: ignore[no-untyped-def]
+    """The samplers under mode="reduce-overhead": with seed and offset tensors (inside Inductor's
+    CUDA graphs), and without (the op tagged cudagraph_unsafe, kept out of them)."""
+    seed = torch.tensor([1234], dtype=torch.int64, device="cuda")
+    offset = torch.tensor([0], dtype=torch.int64, device="cuda")
+    makers = (lambda: torch.randn(64, 32000, device="cuda").softmax(-1),)
+    for name in ("top_p_sampling_from_probs", "top_k_top_p_sampling_from_probs"):
+        if not hasattr(f, name):
+            continue
+        given = (0.9,) if name == "top_p_sampling_from_probs" else (50, 0.9)
+        sampler = getattr(f, name)
+        yield (
+            name + " with seed and offset tensors",
+            name,
+            makers,
+            lambda p, s=sampler, g=given: (s(p, *g, seed=seed, offset=offset),),
+            True,
+        )
+        yield (
+            name + " without seed and offset",
+            name,
+            makers,
+            lambda p, s=sampler, g=given: (s(p, *g),),
+            False,
+        )
+
+
 def quantizers(torch, f, t):  # type: ignore[no-untyped-def]
     """The quantizers' cases. Their shapes need no padding (rows a multiple of 128, scale columns
     of 4), and every expert's mask covers all its rows: every byte compared is one the kernel
@@ -250,7 +280,14 @@ def run(torch, flashinfer):  # type: ignore[no-untyped-def]
         ready = entry is not None and entry.ready
         reason = entry.reason if entry is not None else "no op boundary here"
         made.append((case, ready, reason, makers, fn))
-    return check_made(torch, made)
+    results, left_out = check_made(torch, made)
+    for case, name, makers, fn, seeded in reduce_overhead(torch, flashinfer):
+        entry = boundaries.get(name)
+        if entry is not None and entry.ready:
+            results.append(check_reduce_overhead(torch, case, makers, fn, seeded))
+        else:
+            left_out[case + ", reduce-overhead"] = entry.reason if entry else "no op boundary"
+    return results, left_out
 
 
 if __name__ == "__main__":

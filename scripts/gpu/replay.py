@@ -51,6 +51,34 @@ def check(torch, name, makers, fn) -> dict[str, object]:  # type: ignore[no-unty
     return result
 
 
+def check_reduce_overhead(torch, name, makers, fn, seeded) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """fn compiled with mode="reduce-overhead" (Inductor's own CUDA graphs), called three times
+    on new inputs. Seeded (seed and offset tensors: the op runs inside the graph), each call
+    equals eager bit for bit. Unseeded (the op is tagged cudagraph_unsafe: Inductor keeps it out
+    of its graphs, as a capture kept the eager call out), each call runs and draws anew, as two
+    eager calls on one input do (the device's generator advances)."""
+    result: dict[str, object] = {"case": name + ", reduce-overhead"}
+    try:
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, mode="reduce-overhead", fullgraph=True)
+        for _ in range(3):
+            inputs = [make() for make in makers]
+            got = [o.clone() for o in compiled(*[i.clone() for i in inputs])]
+            if seeded and not same(torch, got, fn(*[i.clone() for i in inputs])):
+                raise AssertionError("the compiled call differs from eager")
+        if not seeded:
+            inputs = [make() for make in makers]
+            first = [o.clone() for o in compiled(*inputs)]
+            second = [o.clone() for o in compiled(*inputs)]
+            if same(torch, first, second):
+                raise AssertionError("two compiled calls drew the same samples: eager's do not")
+        result["passed"] = True
+    except Exception as exc:  # a case that fails is reported, and the others still run
+        result["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        result["passed"] = False
+    return result
+
+
 def check_made(torch, cases):  # type: ignore[no-untyped-def]
     """Each (case, made, reason, makers, fn) whose entry point fi-patch made an op, checked; the
     others named with the reason, and left out."""

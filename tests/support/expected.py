@@ -106,6 +106,9 @@ def _boundary(node: ast.FunctionDef, patch: str, operation: Boundary, rule: str)
     if operation.only:
         values = ", ".join(f'"{name}": "{value}"' for name, value in operation.only)
         checked += f",\n        only={{{values}}}"
+    if operation.uncapturable:
+        values = ", ".join(f'"{name}": "{value}"' for name, value in operation.uncapturable)
+        checked += f",\n        uncapturable={{{values}}}"
     call = (
         "from flashinfer import utils as _fi_patch_utils\n"
         "\n"

@@ -79,19 +79,32 @@ def _fi_patch_declare(name, fn, mutates_args, device_types, schema, at_module_le
     if untyped:
         entry.reason = "torch cannot make it an op: %s" % untyped
         return fn
-    short = name.split("::", 1)[-1]
     try:
-        custom = torch.library.custom_op(
-            "fi_patch_declared::" + short,
-            fn,
-            mutates_args=mutates,
-            device_types=device_types,
-            schema=schema,
-            tags=_fi_patch_tags(),  # noqa: F821 (placed after this file, as _fi_patch_routing)
-        )
+        _fi_patch_declared_op(entry, mutates, device_types, schema)
     except Exception as exc:
         entry.reason = "torch cannot make it an op: %s" % (str(exc).strip().splitlines() or [""])[0]
         return fn
+    if name in _fi_patch_fakes:
+        _fi_patch_fake_op(name, _fi_patch_fakes.pop(name))
+    # The routing function stands for the declared function from here on, ready or not: a fake
+    # declared later makes the op ready. It is placed after this file, in flashinfer/utils.py
+    # too, which declares nothing itself: every declaration comes later, from another module.
+    return _fi_patch_routing(entry)  # noqa: F821
+
+
+# The op of a declaration fi-patch checked: fi_patch_declared::NAME, FlashInfer's function its
+# body, ready at once where it returns nothing (its fake returns None), else once a fake is
+# declared; one that returns tensors gives them without gradient, as the eager call does.
+def _fi_patch_declared_op(entry, mutates, device_types, schema):
+    short = entry.name.split("::", 1)[-1]
+    custom = torch.library.custom_op(
+        "fi_patch_declared::" + short,
+        entry.fn,
+        mutates_args=mutates,
+        device_types=device_types,
+        schema=schema,
+        tags=_fi_patch_tags(),  # noqa: F821 (placed after this file, as _fi_patch_routing)
+    )
     entry.custom = custom
     entry.op = getattr(torch.ops.fi_patch_declared, short)
     op = entry.op
@@ -110,12 +123,6 @@ def _fi_patch_declare(name, fn, mutates_args, device_types, schema, at_module_le
             setup_context=_fi_patch_no_grad_setup,  # noqa: F821
         )
         entry.reason = "it returns tensors and no fake is declared for it"
-    if name in _fi_patch_fakes:
-        _fi_patch_fake_op(name, _fi_patch_fakes.pop(name))
-    # The routing function stands for the declared function from here on, ready or not: a fake
-    # declared later makes the op ready. It is placed after this file, in flashinfer/utils.py
-    # too, which declares nothing itself: every declaration comes later, from another module.
-    return _fi_patch_routing(entry)  # noqa: F821
 
 
 def _fi_patch_nothing(*args, **kwargs):

@@ -21,159 +21,143 @@
 
 def forms(torch, f, name):
     """How the entry point is called: (what, a function of tensors, the tensors, the dimension
-    marked dynamic or None), and the inputs it refuses: (what, the same)."""
-    bf16 = torch.bfloat16
-    fp8 = torch.float8_e4m3fn
-
-    def t(*shape):
-        return torch.randn(*shape, dtype=bf16)
+    marked dynamic or None), and the inputs it refuses: (what, the same). Each entry point's
+    forms are its own function, in FORMS (the quantizers' in QUANTIZERS)."""
 
     def fn(*args, **kwargs):
         # Looked up at each call, as a caller's `flashinfer.NAME(...)` is.
         return getattr(f, name)(*args, **kwargs)
 
-    if name in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"):
-        calls = [
-            ("positional", lambda x: fn(x), (t(4, 256),), None),
-            ("by keyword", lambda x: fn(input=x, enable_pdl=False), (t(2, 3, 128),), None),
-            ("out=", lambda x, o: fn(x, out=o), (t(4, 256), t(4, 128)), None),
-            ("positional out", lambda x, o: fn(x, o, False), (t(4, 256), t(4, 128)), None),
-            ("float16", lambda x: fn(x), (t(4, 64).half(),), None),
-            ("a dynamic batch dimension", lambda x: fn(x) * 2, (t(8, 3, 256),), 0),
-        ]
-        refused = [
-            ("an odd last dimension", lambda x: fn(x), (t(4, 255),)),
-            ("out of the wrong shape", lambda x, o: fn(x, out=o), (t(4, 256), t(4, 64))),
-        ]
-        return calls, refused
-    if name == "mm_fp4":
-        # a: (m, k/2) packed FP4; b: the (k/2, n) transposed view of an (n, k/2) weight; the
-        # block scales' layout is the kernel's business, their dtype the check's.
-        def operands(m, n=32, k=128):
-            a = torch.randint(0, 255, (m, k // 2), dtype=torch.uint8)
-            b = torch.randint(0, 255, (n, k // 2), dtype=torch.uint8)
-            scales = torch.empty(m, k // 16, dtype=fp8), torch.empty(n, k // 16, dtype=fp8)
-            return a, b, scales[0], scales[1], torch.ones(1)
-
-        a, w, sa, sw, alpha = operands(8)
-        calls = [
-            (
-                "positional",
-                lambda a, w: fn(a, w.T, sa, sw.T, alpha, bf16, None, 16, False, "cutlass"),
-                (a, w),
-                None,
-            ),
-            (
-                "by keyword",
-                lambda a, w: fn(
-                    a=a,
-                    b=w.T,
-                    a_descale=sa,
-                    b_descale=sw.T,
-                    out_dtype=torch.float16,
-                    backend="cutlass",
-                ),
-                (a, w),
-                None,
-            ),
-            (
-                "out=",
-                lambda a, w, o: fn(a, w.T, sa, sw.T, alpha, out=o, backend="cutlass"),
-                (a, w, torch.empty(8, 32, dtype=bf16)),
-                None,
-            ),
-            (
-                "a dynamic batch dimension",
-                lambda a, w: fn(a, w.T, sa, sw.T, alpha, backend="cutlass") + 1,
-                (a, w),
-                0,
-            ),
-        ]
-        refused = [
-            ("k that differs", lambda a, w: fn(a, w[:, :32].T, sa, sw.T, alpha), (a, w)),
-            (
-                "out_dtype float32",
-                lambda a, w: fn(a, w.T, sa, sw.T, alpha, out_dtype=torch.float32),
-                (a, w),
-            ),
-        ]
-        return calls, refused
-    if name == "bmm_fp8":
-        # A: (b, m, k); B: the (b, k, n) transposed view of a (b, n, k) weight.
-        A = torch.randn(2, 8, 64).to(fp8)
-        W = torch.randn(2, 32, 64).to(fp8)
-        one = torch.ones(())
-        calls = [
-            ("positional", lambda A, W: fn(A, W.transpose(-2, -1), one, one, bf16), (A, W), None),
-            (
-                "by keyword",
-                lambda A, W: fn(
-                    A=A,
-                    B=W.transpose(-2, -1),
-                    A_scale=one,
-                    B_scale=one,
-                    dtype=torch.float16,
-                    backend="cublas",
-                ),
-                (A, W),
-                None,
-            ),
-            (
-                "out=",
-                lambda A, W, o: fn(A, W.transpose(-2, -1), one, one, bf16, out=o),
-                (A, W, torch.empty(2, 8, 32, dtype=bf16)),
-                None,
-            ),
-            (
-                "a dynamic batch dimension",
-                lambda A, W: fn(A, W.transpose(-2, -1), one, one, bf16) * 2,
-                (torch.randn(4, 8, 64).to(fp8), torch.randn(4, 32, 64).to(fp8)),
-                0,
-            ),
-        ]
-        refused = [
-            (
-                "dtype float32",
-                lambda A, W: fn(A, W.transpose(-2, -1), one, one, torch.float32),
-                (A, W),
-            ),
-        ]
-        return calls, refused
-    if name == "mm_fp8":
-        # a: (m, k); b: the (k // 128, n, 128) weight prepare_low_latency_gemm_weights makes.
-        a = torch.randn(8, 256).to(fp8)
-        w = torch.randn(2, 32, 128).to(fp8)
-        alpha = torch.ones(1)
-        calls = [
-            ("positional", lambda a, w: fn(a, w, alpha), (a, w), None),
-            (
-                "by keyword",
-                lambda a, w: fn(a=a, b=w, alpha=alpha, backend="trtllm_low_latency"),
-                (a, w),
-                None,
-            ),
-            (
-                "out=",
-                lambda a, w, o: fn(a, w, alpha, out=o),
-                (a, w, torch.empty(8, 32, dtype=bf16)),
-                None,
-            ),
-            ("a dynamic batch dimension", lambda a, w: fn(a, w) - 1, (a, w), 0),
-        ]
-        refused = [
-            ("out_dtype float16", lambda a, w: fn(a, w, alpha, torch.float16), (a, w)),
-            (
-                "out of the wrong shape",
-                lambda a, w, o: fn(a, w, alpha, out=o),
-                (a, w, torch.empty(8, 16, dtype=bf16)),
-            ),
-        ]
-        return calls, refused
+    if name in FORMS:
+        return FORMS[name](torch, fn)
     if name in QUANTIZERS:
         return QUANTIZERS[name](torch, f, fn)
     if name in SAMPLERS:
         return _sampling(torch, f, fn, name)
     return None, None
+
+
+def _bf16(torch, *shape):
+    return torch.randn(*shape, dtype=torch.bfloat16)
+
+
+def _activation(torch, fn):
+    def t(*shape):
+        return _bf16(torch, *shape)
+
+    calls = [
+        ("positional", lambda x: fn(x), (t(4, 256),), None),
+        ("by keyword", lambda x: fn(input=x, enable_pdl=False), (t(2, 3, 128),), None),
+        ("out=", lambda x, o: fn(x, out=o), (t(4, 256), t(4, 128)), None),
+        ("positional out", lambda x, o: fn(x, o, False), (t(4, 256), t(4, 128)), None),
+        ("float16", lambda x: fn(x), (t(4, 64).half(),), None),
+        ("a dynamic batch dimension", lambda x: fn(x) * 2, (t(8, 3, 256),), 0),
+    ]
+    refused = [
+        ("an odd last dimension", lambda x: fn(x), (t(4, 255),)),
+        ("out of the wrong shape", lambda x, o: fn(x, out=o), (t(4, 256), t(4, 64))),
+    ]
+    return calls, refused
+
+
+def _mm_fp4(torch, fn):
+    # a: (m, k/2) packed FP4; b: the (k/2, n) transposed view of an (n, k/2) weight; the block
+    # scales' layout is the kernel's business, their dtype the check's.
+    bf16, fp8 = torch.bfloat16, torch.float8_e4m3fn
+    a = torch.randint(0, 255, (8, 64), dtype=torch.uint8)
+    w = torch.randint(0, 255, (32, 64), dtype=torch.uint8)
+    sa, sw = torch.empty(8, 8, dtype=fp8), torch.empty(32, 8, dtype=fp8)
+    alpha = torch.ones(1)
+    by_keyword = {"a_descale": sa, "out_dtype": torch.float16, "backend": "cutlass"}
+    calls = [
+        (
+            "positional",
+            lambda a, w: fn(a, w.T, sa, sw.T, alpha, bf16, None, 16, False, "cutlass"),
+            (a, w),
+            None,
+        ),
+        ("by keyword", lambda a, w: fn(a=a, b=w.T, b_descale=sw.T, **by_keyword), (a, w), None),
+        (
+            "out=",
+            lambda a, w, o: fn(a, w.T, sa, sw.T, alpha, out=o, backend="cutlass"),
+            (a, w, torch.empty(8, 32, dtype=bf16)),
+            None,
+        ),
+        (
+            "a dynamic batch dimension",
+            lambda a, w: fn(a, w.T, sa, sw.T, alpha, backend="cutlass") + 1,
+            (a, w),
+            0,
+        ),
+    ]
+    refused = [
+        ("k that differs", lambda a, w: fn(a, w[:, :32].T, sa, sw.T, alpha), (a, w)),
+        (
+            "out_dtype float32",
+            lambda a, w: fn(a, w.T, sa, sw.T, alpha, out_dtype=torch.float32),
+            (a, w),
+        ),
+    ]
+    return calls, refused
+
+
+def _bmm_fp8(torch, fn):
+    # A: (b, m, k); B: the (b, k, n) transposed view of a (b, n, k) weight.
+    bf16, fp8 = torch.bfloat16, torch.float8_e4m3fn
+    A, W = torch.randn(2, 8, 64).to(fp8), torch.randn(2, 32, 64).to(fp8)
+    one = torch.ones(())
+    by_keyword = {"A_scale": one, "B_scale": one, "dtype": torch.float16, "backend": "cublas"}
+    calls = [
+        ("positional", lambda A, W: fn(A, W.transpose(-2, -1), one, one, bf16), (A, W), None),
+        ("by keyword", lambda A, W: fn(A=A, B=W.transpose(-2, -1), **by_keyword), (A, W), None),
+        (
+            "out=",
+            lambda A, W, o: fn(A, W.transpose(-2, -1), one, one, bf16, out=o),
+            (A, W, torch.empty(2, 8, 32, dtype=bf16)),
+            None,
+        ),
+        (
+            "a dynamic batch dimension",
+            lambda A, W: fn(A, W.transpose(-2, -1), one, one, bf16) * 2,
+            (torch.randn(4, 8, 64).to(fp8), torch.randn(4, 32, 64).to(fp8)),
+            0,
+        ),
+    ]
+    refused = [
+        ("dtype float32", lambda A, W: fn(A, W.transpose(-2, -1), one, one, torch.float32), (A, W))
+    ]
+    return calls, refused
+
+
+def _mm_fp8(torch, fn):
+    # a: (m, k); b: the (k // 128, n, 128) weight prepare_low_latency_gemm_weights makes.
+    bf16, fp8 = torch.bfloat16, torch.float8_e4m3fn
+    a, w, alpha = torch.randn(8, 256).to(fp8), torch.randn(2, 32, 128).to(fp8), torch.ones(1)
+    calls = [
+        ("positional", lambda a, w: fn(a, w, alpha), (a, w), None),
+        (
+            "by keyword",
+            lambda a, w: fn(a=a, b=w, alpha=alpha, backend="trtllm_low_latency"),
+            (a, w),
+            None,
+        ),
+        (
+            "out=",
+            lambda a, w, o: fn(a, w, alpha, out=o),
+            (a, w, torch.empty(8, 32, dtype=bf16)),
+            None,
+        ),
+        ("a dynamic batch dimension", lambda a, w: fn(a, w) - 1, (a, w), 0),
+    ]
+    refused = [
+        ("out_dtype float16", lambda a, w: fn(a, w, alpha, torch.float16), (a, w)),
+        (
+            "out of the wrong shape",
+            lambda a, w, o: fn(a, w, alpha, out=o),
+            (a, w, torch.empty(8, 16, dtype=bf16)),
+        ),
+    ]
+    return calls, refused
 
 
 # The quantizers run on meta tensors: a device that is not the CPU, as the kernels' own Python
@@ -289,6 +273,17 @@ def _block_scale_interleave(torch, f, fn):
     return calls, refused
 
 
+FORMS = {
+    "silu_and_mul": _activation,
+    "gelu_and_mul": _activation,
+    "gelu_tanh_and_mul": _activation,
+    "mm_fp4": _mm_fp4,
+    "bmm_fp8": _bmm_fp8,
+    "mm_fp8": _mm_fp8,
+}
+"""Each entry point's call forms, by name (the quantizers' are in QUANTIZERS, the samplers'
+made by _sampling)."""
+
 QUANTIZERS = {
     "mxfp8_quantize": _mxfp8_quantize,
     "nvfp4_batched_quantize": _nvfp4_batched_quantize,
@@ -312,8 +307,6 @@ def _sampling(torch, f, fn, name):
     kernel's values."""
     import inspect
 
-    int64 = torch.int64
-    probs = _meta(torch, 4, 128, dtype=torch.float32)
     k, p = name.startswith("top_k"), "top_p" in name
     # The sampler's own parameters after probs: (top_k,) (top_p,) or (top_k, top_p).
     numbers = (5,) * k + (0.9,) * p
@@ -322,27 +315,40 @@ def _sampling(torch, f, fn, name):
         named["top_k"] = _meta(torch, 4, dtype=torch.int32)
     if p:
         named["top_p"] = _meta(torch, 4, dtype=torch.float32)
-    tensors = tuple(named.values())
-    seeded = {"seed": 7, "offset": 0}
+    calls = _sampling_calls(torch, fn, numbers, named, k and p)
+    if "top_k_max" in inspect.signature(getattr(f, name)).parameters:
+        tensors = tuple(named.values())
+        probs = _meta(torch, 4, 128, dtype=torch.float32)
+        calls.append(
+            ("top_k_max", lambda x: fn(x, *tensors, top_k_max=8, **SEEDED), (probs,), None)
+        )
+    return calls, _sampling_refused(torch, fn, numbers, k and p)
+
+
+SEEDED = {"seed": 7, "offset": 0}
+
+
+def _sampling_calls(torch, fn, numbers, named, joint):
+    int64, tensors = torch.int64, tuple(named.values())
+    probs = _meta(torch, 4, 128, dtype=torch.float32)
+    order = ("top_k_first",) * joint
     calls = [
         (
             "positional",
-            lambda x: fn(
-                x, *numbers, None, *(("top_k_first",) * (k and p)), True, None, False, 7, 0
-            ),
+            lambda x: fn(x, *numbers, None, *order, True, None, False, 7, 0),
             (probs,),
             None,
         ),
         (
             "by keyword, tensors",
-            lambda x: fn(probs=x, deterministic=False, **named, **seeded),
+            lambda x: fn(probs=x, deterministic=False, **named, **SEEDED),
             (probs,),
             None,
         ),
-        ("return_valid", lambda x: fn(x, *numbers, return_valid=True, **seeded), (probs,), None),
+        ("return_valid", lambda x: fn(x, *numbers, return_valid=True, **SEEDED), (probs,), None),
         (
             "indices",
-            lambda x, i: fn(x, *numbers, indices=i, **seeded),
+            lambda x, i: fn(x, *numbers, indices=i, **SEEDED),
             (probs, _meta(torch, 6, dtype=int64)),
             None,
         ),
@@ -356,57 +362,48 @@ def _sampling(torch, f, fn, name):
         ),
         (
             "a dynamic batch dimension",
-            lambda x: fn(x, *tensors, **seeded) + 1,
+            lambda x: fn(x, *tensors, **SEEDED) + 1,
             (_meta(torch, 4, 128, dtype=torch.float32),),
             0,
         ),
     ]
-    if k and p:
+    if joint:
         calls.append(
             (
                 "joint",
-                lambda x: fn(x, *numbers, filter_apply_order="joint", **seeded),
+                lambda x: fn(x, *numbers, filter_apply_order="joint", **SEEDED),
                 (probs,),
                 None,
             )
         )
-    if "top_k_max" in inspect.signature(getattr(f, name)).parameters:
-        calls.append(
-            ("top_k_max", lambda x: fn(x, *tensors, top_k_max=8, **seeded), (probs,), None)
-        )
+    return calls
+
+
+def _sampling_refused(torch, fn, numbers, joint):
+    int64, int32 = torch.int64, torch.int32
+    probs = _meta(torch, 4, 128, dtype=torch.float32)
+
+    def seeds(size, dtype):
+        return {"seed": _meta(torch, size, dtype=dtype), "offset": _meta(torch, size, dtype=dtype)}
+
     refused = [
         (
             "a seed tensor with an offset number",
             lambda x: fn(x, *numbers, seed=_meta(torch, 1, dtype=int64), offset=0),
             (probs,),
         ),
-        (
-            "an int32 seed",
-            lambda x: fn(
-                x,
-                *numbers,
-                seed=_meta(torch, 1, dtype=torch.int32),
-                offset=_meta(torch, 1, dtype=torch.int32),
-            ),
-            (probs,),
-        ),
-        (
-            "a seed per row of another batch",
-            lambda x: fn(
-                x, *numbers, seed=_meta(torch, 3, dtype=int64), offset=_meta(torch, 3, dtype=int64)
-            ),
-            (probs,),
-        ),
+        ("an int32 seed", lambda x: fn(x, *numbers, **seeds(1, int32)), (probs,)),
+        ("a seed per row of another batch", lambda x: fn(x, *numbers, **seeds(3, int64)), (probs,)),
     ]
-    if k and p:
+    if joint:
         refused.append(
             (
                 "an unknown filter_apply_order",
-                lambda x: fn(x, *numbers, filter_apply_order="top_p_first", **seeded),
+                lambda x: fn(x, *numbers, filter_apply_order="top_p_first", **SEEDED),
                 (probs,),
             )
         )
-    return calls, refused
+    return refused
 
 
 class Reached(Exception):
@@ -501,13 +498,10 @@ class Stub(object):
 
 
 def prove(ctx):
-    import re
-
     import torch
 
     ctx.stage("import flashinfer")
     import flashinfer
-    import flashinfer.utils as utils
 
     name = ctx.answer["patch"][len("op-") :].replace("-", "_")
     calls, refused = forms(torch, flashinfer, name)
@@ -515,54 +509,12 @@ def prove(ctx):
     if calls is None:
         ctx.problem("the proof has no calls of %s" % name)
         return
-    entry = getattr(utils, "_fi_patch_boundaries", {}).get(name)
-    if entry is None and hasattr(utils, "_fi_patch_declared"):
-        ctx.problem(
-            "flashinfer.utils has no op boundary for %s: it holds declared-ops-custom as an "
-            "older fi-patch wrote it, without the op boundary's code (`fi-patch revert --patch "
-            "declared-ops-custom`, then apply again)" % name
-        )
-    elif entry is None:
-        ctx.problem("flashinfer.utils has no op boundary for %s" % name)
-    elif not entry.ready:
-        ctx.problem("%s has no op: %s" % (name, entry.reason))
-    ours = ("fi_patch.%s" % name, "fi_patch.%s.default" % name)
-    ours_out = ("fi_patch.%s_out" % name, "fi_patch.%s_out.default" % name)
-    traced = []
-    for what, fn, arguments, dynamic in calls:
-        arguments = [a.clone() for a in arguments]
-        if dynamic is not None:
-            torch._dynamo.mark_dynamic(arguments[0], dynamic)
-        ctx.stage("torch.compile(fullgraph=True) trace of %s, %s" % (name, what))
-        try:
-            with ctx.processes() as started:
-                graph = [str(n.target) for n in ctx.graph_nodes(fn, *arguments)]
-        except Exception as exc:
-            ctx.problem("%s, %s, does not trace: %s" % (name, what, _first_line(exc)))
-            continue
-        # A call that passes out writes into it: NAME_out, which declares it mutated.
-        wanted = ours_out if re.search(r"\bout\b", what) else ours
-        mine = [c for c in graph if c in wanted]
-        theirs = [c for c in graph if c.startswith(("flashinfer.", "fi_patch"))]
-        ctx.fact("graph, %s" % what, graph)
-        if len(mine) != 1 or theirs != mine:
-            ctx.problem("%s, %s: the graph holds %s, not one %s" % (name, what, graph, wanted[0]))
-            continue
-        if started:
-            ctx.problem("%s, %s: %d process(es) started while tracing" % (name, what, len(started)))
-        ctx.stage("an eager call of %s, %s, against the op and its fake" % (name, what))
-        eager = _eager(ctx, fn, arguments, entry.fn, standing)
-        through = _through_op(torch, fn, arguments, entry, standing)
-        faked = _faked(torch, fn, arguments, entry)
-        if eager[0] == "dispatched":
-            ctx.problem("%s, %s: an eager call dispatched %s" % (name, what, eager[1]))
-        elif eager[0] != "returns" or eager != through or eager != faked:
-            ctx.problem(
-                "%s, %s: the eager call gives %s, the op run eagerly %s, the fake %s"
-                % (name, what, eager[1], through[1], faked[1])
-            )
-        else:
-            traced.append(what)
+    entry = _entry(ctx, name)
+    traced = [
+        what
+        for what, fn, arguments, dynamic in calls
+        if _traced(ctx, torch, name, entry, standing, what, fn, arguments, dynamic)
+    ]
     if entry is None or not entry.ready:
         return
     for what, fn, arguments in refused:
@@ -581,6 +533,66 @@ def prove(ctx):
         "op's fake give the eager call's shapes, strides, dtypes and errors (%s)"
         % (name, ", ".join(traced), ", ".join(what for what, _, _ in refused))
     )
+
+
+def _entry(ctx, name):
+    """The entry point's op boundary, or None; a problem where it has no op."""
+    import flashinfer.utils as utils
+
+    entry = getattr(utils, "_fi_patch_boundaries", {}).get(name)
+    if entry is None and hasattr(utils, "_fi_patch_declared"):
+        ctx.problem(
+            "flashinfer.utils has no op boundary for %s: it holds declared-ops-custom as an "
+            "older fi-patch wrote it, without the op boundary's code (`fi-patch revert --patch "
+            "declared-ops-custom`, then apply again)" % name
+        )
+    elif entry is None:
+        ctx.problem("flashinfer.utils has no op boundary for %s" % name)
+    elif not entry.ready:
+        ctx.problem("%s has no op: %s" % (name, entry.reason))
+    return entry
+
+
+def _traced(ctx, torch, name, entry, standing, what, fn, arguments, dynamic):
+    """One call form: its fullgraph trace holds the one op (NAME_out where it passes out, which
+    declares it mutated) and starts no process; eagerly it dispatches no op; the op run eagerly
+    and its fake give the eager call's outputs."""
+    import re
+
+    arguments = [a.clone() for a in arguments]
+    if dynamic is not None:
+        torch._dynamo.mark_dynamic(arguments[0], dynamic)
+    ctx.stage("torch.compile(fullgraph=True) trace of %s, %s" % (name, what))
+    try:
+        with ctx.processes() as started:
+            graph = [str(n.target) for n in ctx.graph_nodes(fn, *arguments)]
+    except Exception as exc:
+        ctx.problem("%s, %s, does not trace: %s" % (name, what, _first_line(exc)))
+        return False
+    op = name + "_out" if re.search(r"\bout\b", what) else name
+    wanted = ("fi_patch.%s" % op, "fi_patch.%s.default" % op)
+    mine = [c for c in graph if c in wanted]
+    theirs = [c for c in graph if c.startswith(("flashinfer.", "fi_patch"))]
+    ctx.fact("graph, %s" % what, graph)
+    if len(mine) != 1 or theirs != mine:
+        ctx.problem("%s, %s: the graph holds %s, not one %s" % (name, what, graph, wanted[0]))
+        return False
+    if started:
+        ctx.problem("%s, %s: %d process(es) started while tracing" % (name, what, len(started)))
+    ctx.stage("an eager call of %s, %s, against the op and its fake" % (name, what))
+    eager = _eager(ctx, fn, arguments, entry.fn, standing)
+    through = _through_op(torch, fn, arguments, entry, standing)
+    faked = _faked(torch, fn, arguments, entry)
+    if eager[0] == "dispatched":
+        ctx.problem("%s, %s: an eager call dispatched %s" % (name, what, eager[1]))
+        return False
+    if eager[0] != "returns" or eager != through or eager != faked:
+        ctx.problem(
+            "%s, %s: the eager call gives %s, the op run eagerly %s, the fake %s"
+            % (name, what, eager[1], through[1], faked[1])
+        )
+        return False
+    return True
 
 
 def _eager(ctx, fn, arguments, entry_point, standing):

@@ -41,63 +41,53 @@ ENTRY_POINTS = [
 
 
 def calls(torch):
-    """How each entry point is called: a function of tensors, and fresh arguments."""
-    import inspect
-
+    """How each entry point is called: a function of tensors, and fresh arguments, by family."""
     import flashinfer
 
-    bf16 = torch.bfloat16
+    table = {}
+    for family in (_norms, _rope, _cascade, _paging):
+        table.update(family(torch, flashinfer))
+    return table
 
-    def t(*shape):
-        return torch.randn(*shape, dtype=bf16)
 
-    def i32(*values):
-        return torch.tensor(values, dtype=torch.int32)
+def _t(torch, *shape):
+    return torch.randn(*shape, dtype=torch.bfloat16)
 
-    fp8 = getattr(torch, "float8_e4m3fn", torch.uint8)
-    indptr, offsets, pos = i32(0, 2, 6), i32(0, 3), torch.arange(6, dtype=torch.int32)
-    cache = torch.randn(16, 64, dtype=torch.float32)
-    paged = torch.zeros(3, 2, 8, 2, 64, dtype=bf16)
-    batch, positions = i32(0, 0, 0, 1, 1, 1), i32(0, 1, 2, 0, 1, 2)
-    kv_indices, kv_indptr, last = i32(0, 1, 2), i32(0, 1, 3), i32(3, 4)
-    f = flashinfer
+
+def _i32(torch, *values):
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def _norms(torch, f):
+    import inspect
 
     def pdl(name):
         # Where the entry point decides programmatic dependent launch itself, it asks the device
         # first (0.2.8's rmsnorm, say), which a CPU cannot answer: the proof says False, as a
-        # caller may; the op boundary is the same either way.
+        # caller may; the op boundary is the same either way. Asked here, before any trace:
+        # Dynamo need not follow inspect.signature.
         entry_point = getattr(f, name, None)
         accepted = inspect.signature(entry_point).parameters if entry_point else {}
         return {"enable_pdl": False} if "enable_pdl" in accepted else {}
 
-    # Asked here, before any trace: Dynamo need not follow inspect.signature.
-    pdl_rmsnorm, pdl_gemma_rmsnorm = pdl("rmsnorm"), pdl("gemma_rmsnorm")
-    pdl_fused_add_rmsnorm = pdl("fused_add_rmsnorm")
-    pdl_gemma_fused_add_rmsnorm = pdl("gemma_fused_add_rmsnorm")
+    def t(*shape):
+        return _t(torch, *shape)
 
-    rope = getattr(f, "apply_rope_with_cos_sin_cache_inplace", None)
-    if rope is not None and "positions" in inspect.signature(rope).parameters:
-        cos_sin = (
-            lambda q, k: f.apply_rope_with_cos_sin_cache_inplace(pos.long(), q, k, 64, cache),
-            (t(6, 256), t(6, 128)),
-        )
-    else:  # 0.2.0.post1: (q, k, cos_cache, sin_cache, pos_ids)
-        cos_sin = (
-            lambda q, k: f.apply_rope_with_cos_sin_cache_inplace(q, k, cache, cache, pos),
-            (t(6, 4, 64), t(6, 2, 64)),
-        )
+    fp8 = getattr(torch, "float8_e4m3fn", torch.uint8)
+    kw = {name: pdl(name) for name in ("rmsnorm", "gemma_rmsnorm")}
+    fused = {name: pdl(name) for name in ("fused_add_rmsnorm", "gemma_fused_add_rmsnorm")}
     return {
-        "rmsnorm": (lambda x, w: f.rmsnorm(x, w, **pdl_rmsnorm), (t(4, 64), t(64))),
+        "rmsnorm": (lambda x, w: f.rmsnorm(x, w, **kw["rmsnorm"]), (t(4, 64), t(64))),
         "fused_add_rmsnorm": (
-            lambda x, r, w: f.fused_add_rmsnorm(x, r, w, **pdl_fused_add_rmsnorm),
+            lambda x, r, w: f.fused_add_rmsnorm(x, r, w, **fused["fused_add_rmsnorm"]),
             (t(4, 64), t(4, 64), t(64)),
         ),
         "gemma_rmsnorm": (
-            lambda x, w: f.gemma_rmsnorm(x, w, **pdl_gemma_rmsnorm),
+            lambda x, w: f.gemma_rmsnorm(x, w, **kw["gemma_rmsnorm"]),
             (t(4, 64), t(64)),
         ),
         "gemma_fused_add_rmsnorm": (
-            lambda x, r, w: f.gemma_fused_add_rmsnorm(x, r, w, **pdl_gemma_fused_add_rmsnorm),
+            lambda x, r, w: f.gemma_fused_add_rmsnorm(x, r, w, **fused["gemma_fused_add_rmsnorm"]),
             (t(4, 64), t(4, 64), t(64)),
         ),
         "rmsnorm_quant": (
@@ -108,40 +98,70 @@ def calls(torch):
             lambda o, x, r, w: f.fused_add_rmsnorm_quant(o, x, r, w, 1.0),
             (torch.empty(4, 64, dtype=fp8), t(4, 64), t(4, 64), t(64)),
         ),
-        "apply_rope_inplace": (
-            lambda q, k: f.apply_rope_inplace(q, k, indptr, offsets),
-            (t(6, 4, 64), t(6, 2, 64)),
-        ),
-        "apply_rope_pos_ids_inplace": (
-            lambda q, k: f.apply_rope_pos_ids_inplace(q, k, pos),
-            (t(6, 4, 64), t(6, 2, 64)),
-        ),
+    }
+
+
+def _rope(torch, f):
+    import inspect
+
+    def t(*shape):
+        return _t(torch, *shape)
+
+    indptr, offsets = _i32(torch, 0, 2, 6), _i32(torch, 0, 3)
+    pos = torch.arange(6, dtype=torch.int32)
+    cache = torch.randn(16, 64, dtype=torch.float32)
+    qk = (t(6, 4, 64), t(6, 2, 64))
+    rope = getattr(f, "apply_rope_with_cos_sin_cache_inplace", None)
+    if rope is not None and "positions" in inspect.signature(rope).parameters:
+        cos_sin = (
+            lambda q, k: f.apply_rope_with_cos_sin_cache_inplace(pos.long(), q, k, 64, cache),
+            (t(6, 256), t(6, 128)),
+        )
+    else:  # 0.2.0.post1: (q, k, cos_cache, sin_cache, pos_ids)
+        cos_sin = (
+            lambda q, k: f.apply_rope_with_cos_sin_cache_inplace(q, k, cache, cache, pos),
+            qk,
+        )
+    return {
+        "apply_rope_inplace": (lambda q, k: f.apply_rope_inplace(q, k, indptr, offsets), qk),
+        "apply_rope_pos_ids_inplace": (lambda q, k: f.apply_rope_pos_ids_inplace(q, k, pos), qk),
         "apply_llama31_rope_inplace": (
             lambda q, k: f.apply_llama31_rope_inplace(q, k, indptr, offsets),
-            (t(6, 4, 64), t(6, 2, 64)),
+            qk,
         ),
         "apply_llama31_rope_pos_ids_inplace": (
             lambda q, k: f.apply_llama31_rope_pos_ids_inplace(q, k, pos),
-            (t(6, 4, 64), t(6, 2, 64)),
+            qk,
         ),
         "apply_rope_with_cos_sin_cache_inplace": cos_sin,
-        "merge_state_in_place": (
-            lambda v, s, vo, so: f.merge_state_in_place(v, s, vo, so),
-            (t(5, 4, 64), torch.randn(5, 4), t(5, 4, 64), torch.randn(5, 4)),
-        ),
+    }
+
+
+def _cascade(torch, f):
+    def t(*shape):
+        return _t(torch, *shape)
+
+    states = (t(5, 4, 64), torch.randn(5, 4), t(5, 4, 64), torch.randn(5, 4))
+    return {
+        "merge_state_in_place": (lambda v, s, vo, so: f.merge_state_in_place(v, s, vo, so), states),
+        "merge_state": (lambda va, sa, vb, sb: f.merge_state(va, sa, vb, sb), states),
+        "merge_states": (lambda v, s: f.merge_states(v, s), (t(5, 3, 4, 64), torch.randn(5, 3, 4))),
+    }
+
+
+def _paging(torch, f):
+    def i32(*values):
+        return _i32(torch, *values)
+
+    paged = torch.zeros(3, 2, 8, 2, 64, dtype=torch.bfloat16)
+    batch, positions = i32(0, 0, 0, 1, 1, 1), i32(0, 1, 2, 0, 1, 2)
+    kv_indices, kv_indptr, last = i32(0, 1, 2), i32(0, 1, 3), i32(3, 4)
+    return {
         "append_paged_kv_cache": (
             lambda k, v, c: f.append_paged_kv_cache(
                 k, v, batch, positions, c, kv_indices, kv_indptr, last
             ),
-            (t(6, 2, 64), t(6, 2, 64), paged),
-        ),
-        "merge_state": (
-            lambda va, sa, vb, sb: f.merge_state(va, sa, vb, sb),
-            (t(5, 4, 64), torch.randn(5, 4), t(5, 4, 64), torch.randn(5, 4)),
-        ),
-        "merge_states": (
-            lambda v, s: f.merge_states(v, s),
-            (t(5, 3, 4, 64), torch.randn(5, 3, 4)),
+            (_t(torch, 6, 2, 64), _t(torch, 6, 2, 64), paged),
         ),
         "packbits": (lambda b: f.packbits(b), (torch.rand(100) > 0.5,)),
     }
