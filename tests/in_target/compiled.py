@@ -194,8 +194,8 @@ class Recorder(TorchDispatchMode):
 
 class routed_to_ops:
     """Every one of fi-patch's routing functions takes the path it takes while compiling (a call
-    of its op) until the block ends: the `_fi_patch_compiling` it asks answers True. The ops'
-    bodies call FlashInfer's functions themselves, which ask nothing."""
+    of its op) until the block ends: the `_fi_patch_compiling` it asks (a cell of its closure)
+    answers True. The ops' bodies call FlashInfer's functions themselves, which ask nothing."""
 
     def __enter__(self):
         import flashinfer.utils as utils
@@ -207,14 +207,15 @@ class routed_to_ops:
         self.saved = []
         for entry in entries:
             if entry.routed is not None and entry.ready:
-                space = entry.routed.__globals__
-                self.saved.append((space, space["_fi_patch_compiling"]))
-                space["_fi_patch_compiling"] = _always
+                names = entry.routed.__code__.co_freevars
+                cell = entry.routed.__closure__[names.index("_fi_patch_compiling")]
+                self.saved.append((cell, cell.cell_contents))
+                cell.cell_contents = _always
         return self
 
     def __exit__(self, *exc):
-        for space, value in self.saved:
-            space["_fi_patch_compiling"] = value
+        for cell, value in self.saved:
+            cell.cell_contents = value
 
 
 def _always():

@@ -440,28 +440,28 @@ def _fi_patch_routing(entry: "Any") -> "Any":
 
 
 # The routing function itself, with the function's parameters (their defaults the function's own
-# objects) where its signature is known, else with *args and **kwargs.
+# objects) where its signature is known, else with *args and **kwargs. What it calls are cells of
+# its closure, not globals: Dynamo before torch 2.14 reads a traced function's globals from the
+# module its __name__ names (here FlashInfer's), not from the function's own namespace.
 def _fi_patch_routed(entry: "Any", signature: "Any") -> "Any":
-    space: "Dict[str, Any]" = {
-        "__name__": __name__,
-        "_fi_patch_fn": entry.fn,
-        "_fi_patch_entry": entry,
-        "_fi_patch_compiling": torch.compiler.is_compiling,
-    }
-    declared, passed = _fi_patch_forwarded(signature, space)
+    defaults: "Dict[str, Any]" = {}
+    declared, passed = _fi_patch_forwarded(signature, defaults)
     source = (
-        "def _fi_patch_routed(%s):\n"
-        "    if _fi_patch_compiling() and _fi_patch_entry.ready:\n"
-        "        return _fi_patch_entry.traced(%s)\n"
-        "    return _fi_patch_fn(%s)\n" % (declared, passed, passed)
+        "def _fi_patch_make(_fi_patch_fn, _fi_patch_entry, _fi_patch_compiling, %s):\n"
+        "    def _fi_patch_routed(%s):\n"
+        "        if _fi_patch_compiling() and _fi_patch_entry.ready:\n"
+        "            return _fi_patch_entry.traced(%s)\n"
+        "        return _fi_patch_fn(%s)\n"
+        "    return _fi_patch_routed\n" % (", ".join(defaults), declared, passed, passed)
     )
+    space: "Dict[str, Any]" = {"__name__": __name__}
     exec(compile(source, "<fi-patch routing of %s>" % entry.name, "exec"), space)
-    return space["_fi_patch_routed"]
+    return space["_fi_patch_make"](entry.fn, entry, torch.compiler.is_compiling, **defaults)
 
 
 # The parameter list of a routing function and the arguments it passes on, for `signature` (the
-# defaults go into `space`, by name); *args and **kwargs where the signature is unknown.
-def _fi_patch_forwarded(signature: "Any", space: "Dict[str, Any]") -> "Tuple[str, str]":
+# defaults go into `defaults`, by name); *args and **kwargs where the signature is unknown.
+def _fi_patch_forwarded(signature: "Any", defaults: "Dict[str, Any]") -> "Tuple[str, str]":
     if signature is None:
         return "*args, **kwargs", "*args, **kwargs"
     declared: "List[str]" = []
@@ -471,7 +471,7 @@ def _fi_patch_forwarded(signature: "Any", space: "Dict[str, Any]") -> "Tuple[str
         name, kind = parameter.name, parameter.kind
         text = name
         if parameter.default is not parameter.empty:
-            space["_fi_patch_default_%d" % index] = parameter.default
+            defaults["_fi_patch_default_%d" % index] = parameter.default
             text += "=_fi_patch_default_%d" % index
         if kind == parameter.KEYWORD_ONLY and not keyword_only:
             declared.append("*")
