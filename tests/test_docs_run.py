@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 ILLUSTRATIVE = "<!-- illustrative"
 # The placeholders the pages use for "your environment" and "your interpreter".
-ENVIRONMENTS = ("/root/ml-env", "/opt/ml-env", "<env>", "$VIRTUAL_ENV", "X")
+ENVIRONMENTS = ("/root/ml-env", "/opt/ml-env", "<env>", "$VIRTUAL_ENV", "X", "V")
 HELPED = ("apply", "revert", "check", "list")
 
 
@@ -37,10 +37,13 @@ def shown() -> list[tuple[str, str]]:
                 continue
             candidates = re.findall(r"`(fi-patch [^`]+)`", line)
             if fenced and re.match(r"\s*(\$ )?(/opt/fi-patch/bin/)?fi-patch ", line):
-                candidates.append(line.split("#", 1)[0].split("||", 1)[0].strip())
+                candidates.append(line.split("#", 1)[0].strip())
             for command in candidates:
-                command = command.removeprefix("$ ").replace(
-                    "/opt/fi-patch/bin/fi-patch", "fi-patch"
+                command = (
+                    command.split("||", 1)[0]
+                    .strip()
+                    .removeprefix("$ ")
+                    .replace("/opt/fi-patch/bin/fi-patch", "fi-patch")
                 )
                 found.setdefault(" ".join(command.split()), page.name)
     return [(page, command) for command, page in found.items()]
