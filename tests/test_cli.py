@@ -87,7 +87,8 @@ def test_a_log_of_80_columns_never_breaks_a_path(venv_with: MakeVenv) -> None:
     # The summary's results wrap between words within 80 columns, every patch id whole.
     results = lines[lines.index("summary") :]
     assert [line for line in results if line.startswith("  ") and len(line) > 80] == []
-    assert " ".join(results).count("op-silu-and-mul-scaled-nvfp4-experts-quantize pristine") == 2
+    words = " ".join(results).split()
+    assert " ".join(words).count("op-silu-and-mul-scaled-nvfp4-experts-quantize pristine") == 2
     # Neither the state table nor the summary pads a row's end with spaces.
     assert [line for line in lines if line != line.rstrip()] == []
 
@@ -120,6 +121,8 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
     check = fi_patch(runner, "-q", "check", "--venv", venv)
     assert check.code == ExitCode.NEEDS_APPLY
     assert check.stdout.splitlines() == [
+        # 0.5.0 has no API-logging wrapper (0.6.0 brought it).
+        f"{venv}: api-logging-under-compile not-applicable",
         f"{venv}: cuda-version-torch-first pristine",
         f"{venv}: declared-ops-custom pristine",
         f"{venv}: declared-ops-fake pristine",

@@ -8,8 +8,8 @@ the call writes (views of graph inputs, q and k as views of one qkv), the graphs
 per call, none under torch.compiler.disable, no recompile for a dynamic batch) and
 requires_grad must be eager's. The families name the cases a review found wrong before (a
 caller's functools.wraps wrapper, torch.compile of the entry point itself, disable, merge_state's
-bfloat16 lse, merge_states on another device, a model not under no_grad) and a decoder layer as
-engines write it.
+bfloat16 lse, merge_states on another device, a model not under no_grad, FlashInfer's API logging
+on) and a decoder layer as engines write it.
 
 Inductor's compiled code is kept in the test cache, keyed by what it was compiled from: the
 release, the torch build, and fi-patch's placed code, patches and these in-target files (a fake
@@ -50,8 +50,12 @@ FAMILIES = (
     "quantizers",
     "gemms",
     "grad",
+    "logging",
     "model",
 )
+ENV = {"logging": {"FLASHINFER_LOGLEVEL": "1", "FLASHINFER_LOGDEST": "stderr"}}
+"""What a family's process needs in its environment: FlashInfer reads its logging level once,
+at import (its log lines to stderr, not among compiled.py's answer)."""
 TORCHES = {"2.14.1": CUDA_TORCH, "2.13.0": CPU_TORCH, "2.8.0": OLDEST_TORCH}
 """torch's CUDA 13.0 build (imported on the CPU), its CPU build, and the oldest torch the patches
 that make ops accept (a CUDA 12.8 build)."""
@@ -163,7 +167,7 @@ def test_compiled_equals_eager(
     applied: Applied, family: str, version: str, torch_version: str
 ) -> None:
     venv = applied(version, torch_version)
-    found = compiled(venv, family, version, torch_version)
+    found = compiled(venv, family, version, torch_version, **ENV.get(family, {}))
     assert all(set(backends) == {"aot_eager", "inductor"} for backends in found.values())
     assert unequal(found) == {}
     assert unchecked(found) == {}

@@ -30,6 +30,7 @@ from tests.support.releases import (
     DECLARED_FAKE,
     FORWARDING,
     FP4,
+    LOGGING,
     OP_BOUNDARY,
     RELEASES,
     TARGET,
@@ -134,7 +135,7 @@ def test_every_final_release_is_known_to_every_patch() -> None:
         assert unknown == [], patch.id
 
 
-ALL = (CUDA, DECLARED, DECLARED_FAKE, FORWARDING, OP_BOUNDARY, UNDER_COMPILE, *BOUNDARIES)
+ALL = (LOGGING, CUDA, DECLARED, DECLARED_FAKE, FORWARDING, OP_BOUNDARY, UNDER_COMPILE, *BOUNDARIES)
 
 
 def test_registry_order_and_requirements() -> None:

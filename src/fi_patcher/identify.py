@@ -56,7 +56,7 @@ def read(relpath: str, source: bytes | None) -> Reading:
 
 def where(patch: Patch, readings: Mapping[str, Reading], version: str) -> Patch:
     """The patch with `target` set to the file that holds its function: the first of its
-    targets that defines it where the patch's `scope` says (top level, or an else branch).
+    targets that defines it where the patch's `scope` says (top level, an else branch, a function).
     Where none does, the file its version's shape names, or else its own file if it exists, or
     the first that exists."""
     held = [r for r in (readings.get(t) for t in patch.targets) if r is not None]

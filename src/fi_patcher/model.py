@@ -228,8 +228,9 @@ class Patch:
     """Named checks the pre-flight runs before this patch is written (`cuda-toolkit`)."""
     cases: tuple[Case, ...] = ()
     scope: str = ""
-    """Where `function` is defined: top level (""), or `else`, the else branch of a top-level
-    `if` (flashinfer/utils.py's register_custom_op for torch >= 2.4)."""
+    """Where `function` is defined: top level (""); `else`, the else branch of a top-level `if`
+    (flashinfer/utils.py's register_custom_op for torch >= 2.4); or the dotted path of the
+    functions that hold it (`flashinfer_api.decorator`)."""
     declarations: tuple[Declaration, ...] = ()
     """FlashInfer's op declarations fi-patch checked against the kernel (declared-ops-custom)."""
 

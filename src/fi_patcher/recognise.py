@@ -112,10 +112,10 @@ def _bounded(tree: ast.Module, node: ast.stmt) -> bool:
 def locate(
     tree: ast.Module, text: str, function: str, scope: str = ""
 ) -> tuple[ast.FunctionDef, FunctionSpan] | Unrecognised:
-    """The one `function` in `scope` (top level, or `else`: the else branch of a top-level
-    `if`), and its lines from the first decorator to the last line."""
+    """The one `function` in `scope` (`siblings_in`), and its lines from the first decorator to the
+    last line."""
     nodes = definitions(tree, function, scope)
-    where = "top level" if not scope else f"the {scope} branch of a top-level if"
+    where = scope_words(scope)
     if not nodes:
         if not scope:
             return Unrecognised(f"no top-level function {function}")
@@ -132,33 +132,55 @@ def locate(
 
 
 def definitions(tree: ast.Module, function: str, scope: str = "") -> list[ast.FunctionDef]:
-    """Every definition of `function` in `scope`: top level (""), or the `else` branches of
-    top-level `if` statements (flashinfer/utils.py defines register_custom_op once for an old
-    torch and once, in the else branch, for torch >= 2.4)."""
+    """Every definition of `function` in `scope` (`siblings_in`)."""
     return [
         n for n in siblings_in(tree, scope) if isinstance(n, ast.FunctionDef) and n.name == function
     ]
 
 
 def siblings_in(tree: ast.Module, scope: str) -> list[ast.stmt]:
-    """The statements of `scope`: the module's, or those of its top-level `else` branches."""
+    """The statements of `scope`, where a patch's function is defined: top level (""); `else`,
+    the else branches of top-level `if` statements (flashinfer/utils.py defines
+    register_custom_op once for an old torch and once, in the else branch, for torch >= 2.4); or
+    a dotted path of the functions that hold it (`flashinfer_api.decorator`: the wrapper
+    FlashInfer's API logging returns). None where a function of the path is not there exactly
+    once."""
     if not scope:
         return list(tree.body)
-    if scope != "else":
+    if scope == "else":
+        return [s for n in tree.body if isinstance(n, ast.If) for s in n.orelse]
+    if not nested(scope):
         raise ValueError(f"unknown scope {scope!r}")
-    return [s for n in tree.body if isinstance(n, ast.If) for s in n.orelse]
+    block: list[ast.stmt] = list(tree.body)
+    for name in scope.split("."):
+        held = [n for n in block if isinstance(n, ast.FunctionDef) and n.name == name]
+        if len(held) != 1:
+            return []
+        block = list(held[0].body)
+    return block
+
+
+def nested(scope: str) -> bool:
+    """Whether `scope` is a dotted path of functions (`flashinfer_api.decorator`)."""
+    return scope != "else" and all(part.isidentifier() for part in scope.split("."))
+
+
+def scope_words(scope: str) -> str:
+    """Where `scope` is, in words."""
+    if not scope:
+        return "top level"
+    if scope == "else":
+        return "the else branch of a top-level if"
+    return f"function {scope}"
 
 
 def following(tree: ast.Module, node: ast.stmt) -> list[ast.stmt]:
     """The statements after `node` in the block that holds it."""
-    for block in _blocks(tree):
-        if node in block:
-            return block[block.index(node) + 1 :]
+    for parent in ast.walk(tree):
+        for block in (getattr(parent, "body", None), getattr(parent, "orelse", None)):
+            if isinstance(block, list) and node in block:
+                return block[block.index(node) + 1 :]
     return []
-
-
-def _blocks(tree: ast.Module) -> list[list[ast.stmt]]:
-    return [tree.body, *(n.orelse for n in tree.body if isinstance(n, ast.If))]
 
 
 def structure_sha256(node: ast.FunctionDef) -> str:

@@ -33,6 +33,7 @@ from fi_patcher.model import (
     Shape,
     Verdict,
 )
+from fi_patcher.recognise import nested
 
 PREFLIGHT_CHECKS = frozenset({"cuda-toolkit"})
 
@@ -346,8 +347,10 @@ def _validate(name: str, patch: Patch) -> None:
                 "function_sha256: how the file itself tells it"
             )
     problems += _declaration_problems(patch.declarations)
-    if patch.scope not in ("", "else"):
-        problems.append(f"scope {patch.scope!r} is not top level ('') or 'else'")
+    if patch.scope not in ("", "else") and not nested(patch.scope):
+        problems.append(
+            f"scope {patch.scope!r} is not top level (''), 'else' or a dotted path of functions"
+        )
     names = {s.name for s in patch.shapes}
     for case in patch.cases:
         if case.verdict not in {v.value for v in Verdict}:

@@ -198,10 +198,15 @@ def _indent(lines: list[str], statement: ast.stmt) -> str:
 
 
 def _function(text: str, name: str, scope: str = "") -> ast.FunctionDef:
-    """The one `name` at top level, or in the else branch of a top-level `if` (`scope`)."""
+    """The one `name` at top level, in the else branch of a top-level `if` (`scope` "else"), or
+    in the function the dotted `scope` names (`flashinfer_api.decorator`)."""
     tree = ast.parse(text)
     block = tree.body
     if scope == "else":
         block = [s for n in tree.body if isinstance(n, ast.If) for s in n.orelse]
+    elif scope:
+        for outer in scope.split("."):
+            (holder,) = [n for n in block if isinstance(n, ast.FunctionDef) and n.name == outer]
+            block = holder.body
     (node,) = [n for n in block if isinstance(n, ast.FunctionDef) and n.name == name]
     return node

@@ -69,6 +69,8 @@ ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
 SAMPLING = "flashinfer/sampling.py"
+LOGGING = "api-logging-under-compile"
+API_LOGGING = "flashinfer/api_logging.py"
 
 
 @dataclass(frozen=True)
@@ -325,16 +327,37 @@ BOUNDARY_SHA256 = {
 }
 
 
+# The shape of api-logging-under-compile's wrapper and sha256[:12] of flashinfer/api_logging.py
+# in the releases below that have one (from 0.6.0), taken from the archives the index verified.
+LOGGING_SHAPES = {
+    "0.6.0": ("0.6.0", "caf95243cd63"),
+    "0.6.0rc1": ("0.6.0", "caf95243cd63"),
+    "0.6.7": ("0.6.1", "4b9feb86e13b"),
+    "0.6.8": ("0.6.1", "4b9feb86e13b"),
+    "0.6.10": ("0.6.1", "9f8ee45083e9"),
+    "0.6.11.post3": ("0.6.1", "9f8ee45083e9"),
+    "0.6.12": ("0.6.12", "0302b4ff890c"),
+    "0.6.18.post1": ("0.6.12", "0302b4ff890c"),
+    "0.7.0": ("0.7.0", "e4d5f939c1a7"),
+    "0.7.1": ("0.7.0", "8bda6aba04be"),
+    "0.7.1rc1": ("0.7.0", "8bda6aba04be"),
+    "0.7.2rc6": ("0.7.0", "8bda6aba04be"),
+    "0.7.4": ("0.7.4", "55ef57cc4be6"),
+}
+
+
 def _declaring(r: Release) -> Release:
     """Every release on the index declares its ops with the same no-op register_custom_op and
     register_fake_op: both declared-ops patches apply to each. The op-* patches apply where
-    BOUNDARY_SHAPES says."""
+    BOUNDARY_SHAPES says, api-logging-under-compile where LOGGING_SHAPES does."""
     prefixes = {**r.sha256_prefixes, UTILS: UTILS_SHA256[r.version]}
     if r.version in BOUNDARY_SHA256:
         relpaths = (ACTIVATION, GEMM, FP8_QUANT, SAMPLING)
         found = zip(relpaths, BOUNDARY_SHA256[r.version], strict=True)
         prefixes |= {relpath: prefix for relpath, prefix in found if prefix is not None}
     shapes = {**r.shapes, **DECLARED_SHAPES, **BOUNDARY_SHAPES.get(r.version, {})}
+    if r.version in LOGGING_SHAPES:
+        shapes[LOGGING], prefixes[API_LOGGING] = LOGGING_SHAPES[r.version]
     return replace(r, shapes=shapes, sha256_prefixes=prefixes)
 
 
