@@ -47,6 +47,7 @@ def test_wheel_ships_the_patches_and_runs(installed_tool: Path, tmp_path: Path) 
     assert listing.returncode == 0, listing.stderr
     patches = json.loads(listing.stdout)["results"]
     assert [p["id"] for p in patches] == [
+        "api-logging-under-compile",
         "cuda-version-torch-first",
         "declared-ops-custom",
         "declared-ops-fake",
@@ -55,12 +56,13 @@ def test_wheel_ships_the_patches_and_runs(installed_tool: Path, tmp_path: Path) 
         "fp4-quantize-under-compile",
         *BOUNDARIES,
     ]
-    assert [s["name"] for s in patches[0]["shapes"]] == ["A", "B"]
+    assert [s["name"] for s in patches[1]["shapes"]] == ["A", "B"]
     # The target runs these by their paths (`python -I -Xutf8 -B .../in_target/probe.py`).
     (scripts,) = installed_tool.glob("lib/python3*/site-packages/fi_patcher/in_target")
     for name in ("probe.py", "imports.py", "preflight.py", "compiles.py", "prove.py"):
         assert (scripts / name).is_file(), name
     assert [p["proof"]["script"] for p in patches] == [
+        "api_logging_under_compile.py",
         "cuda_version_torch_first.py",
         "declared_ops.py",
         "declared_ops.py",

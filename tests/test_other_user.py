@@ -23,7 +23,7 @@ from fi_patcher.errors import ExitCode
 from tests.support.cli import fi_patch
 from tests.support.deps import CUDA_TORCH, fake_torch, shared, use
 from tests.support.expected import expected
-from tests.support.releases import RELEASES, released_text
+from tests.support.releases import CUDA, RELEASES, released_text
 from tests.support.tiers import SLOW
 from tests.support.tool import build_wheel
 from tests.support.venvs import install, target_file
@@ -96,7 +96,7 @@ def test_another_user_checks_but_cannot_revert(
     check = as_user(other_user, tool, "check", "--venv", venv, "--json")
     assert check.returncode == ExitCode.OK, said(check)
     (result,) = json.loads(check.stdout)["results"]
-    cuda = result["patches"][0]
+    (cuda,) = [p for p in result["patches"] if p["patch"] == CUDA]
     assert cuda["state"] == "patched"
     assert "fi-patch's record could not be read" in cuda["reason"]
     assert any("records could not be read" in w for w in result["warnings"])

@@ -23,6 +23,7 @@ from tests.faults.support import met, records, signalled, started
 from tests.support.cli import states_of
 from tests.support.releases import (
     ACTIVATION,
+    API_LOGGING,
     CUDA,
     FP4,
     FP8_QUANT,
@@ -90,6 +91,7 @@ def test_a_signal_while_proving_puts_every_file_back_and_says_so(
     )
     assert {f["relpath"]: f["action"] for f in result["files"]} == {
         ACTIVATION: "rolled-back",
+        API_LOGGING: "rolled-back",
         GEMM: "rolled-back",
         TARGET: "rolled-back",
         FP4: "rolled-back",

@@ -22,6 +22,7 @@ from tests.support.deps import CPU_TORCH, shared, use
 from tests.support.expected import expected
 from tests.support.releases import (
     ACTIVATION,
+    API_LOGGING,
     BATCHED,
     BOUNDARIES,
     CUDA,
@@ -33,6 +34,7 @@ from tests.support.releases import (
     GEMM,
     GROUPED,
     INTERLEAVE,
+    LOGGING,
     OP_BOUNDARY,
     RELEASES,
     SAMPLING,
@@ -93,11 +95,13 @@ def test_a_revert_whose_second_file_cannot_be_written_puts_the_first_back(
     # Files are written in path order: utils.py, after fp4_quantization.py, was never reached.
     assert {f["relpath"]: f["action"] for f in result["files"]} == {
         ACTIVATION: "rolled-back",
+        API_LOGGING: "rolled-back",
         GEMM: "rolled-back",
         TARGET: "rolled-back",
         FP4: "rolled-back",
     }
     assert {p["patch"]: p["action"] for p in result["patches"]} == {
+        LOGGING: "rolled-back",
         CUDA: "rolled-back",
         DECLARED: "rolled-back",
         DECLARED_FAKE: "rolled-back",
@@ -177,6 +181,7 @@ def test_an_undo_that_fails_on_one_file_puts_back_the_others(
     # fp8_quantization.py, in that folder, is stranded as fp4_quantization.py is.
     assert files == {
         ACTIVATION: "rolled-back",
+        API_LOGGING: "rolled-back",
         GEMM: "rolled-back",
         TARGET: "rolled-back",
         FP4: "stranded",

@@ -23,9 +23,9 @@ from fi_patcher.codemod import Composed, Unrecognised, compose
 from fi_patcher.registry import load_patches
 from tests.support.expected import OWN_LINES, shape_of
 from tests.support.hashes import function_hashes
-from tests.support.releases import RELEASES, released_text
+from tests.support.releases import CUDA, RELEASES, released_text
 
-PATCH = load_patches()[0]
+(PATCH,) = (p for p in load_patches() if p.id == CUDA)
 # 600 for each of two releases: 1200 examples in CI.
 EXAMPLES = int(os.environ.get("FI_PATCH_PROPERTY_EXAMPLES", "600"))
 

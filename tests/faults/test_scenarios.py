@@ -28,6 +28,7 @@ from tests.support.deps import CPU_TORCH, shared, use
 from tests.support.expected import expected
 from tests.support.releases import (
     ACTIVATION,
+    API_LOGGING,
     CUDA,
     FP4,
     FP8_QUANT,
@@ -293,13 +294,14 @@ def test_a_future_release_whose_record_lacks_the_file(
 
 def test_future_release_without_any_patched_file(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.7.4")
-    _release_as(venv, "0.8.0", TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT, SAMPLING)
+    files = (TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT, SAMPLING, API_LOGGING)
+    _release_as(venv, "0.8.0", *files)
     for command in ("check", "apply"):
         expect(
             fi_patch(runner, command, "--venv", venv),
             ExitCode.UNSUPPORTED,
             "flashinfer-python 0.8.0 is outside every known range, and has none of the files",
-            "flashinfer/activation.py, flashinfer/fp4_quantization.py, "
+            "flashinfer/activation.py, flashinfer/api_logging.py, flashinfer/fp4_quantization.py, "
             "flashinfer/gemm/gemm_base.py, flashinfer/jit/cpp_ext.py, "
             "flashinfer/quantization/fp4_quantization.py, "
             "flashinfer/quantization/fp8_quantization.py, flashinfer/sampling.py, "
@@ -416,7 +418,7 @@ def test_crlf_line_endings_are_kept(runner: CliRunner, venv_with: MakeVenv) -> N
     crlf = released_text(RELEASES["0.7.4"]).replace(b"\n", b"\r\n")
     _rerecord(venv, crlf)
     assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)
-    expect(_apply(runner, venv), ExitCode.OK, "applied cuda-version-torch-first")
+    expect(_apply(runner, venv), ExitCode.OK, f"applied to {TARGET}: {CUDA}")
     assert target_file(venv).read_bytes() == expected("0.7.4").encode().replace(b"\n", b"\r\n")
     expect(fi_patch(runner, "revert", "--venv", venv), ExitCode.OK)
     assert target_file(venv).read_bytes() == crlf
@@ -627,7 +629,7 @@ def test_upgrade_between_apply_and_revert(runner: CliRunner, venv_with: MakeVenv
         "flashinfer-python 0.5.0 was replaced by 0.6.18.post1 since fi-patch patched it",
         "the record is cleared",
     )
-    expect(_apply(runner, venv), ExitCode.OK, "applied cuda-version-torch-first")
+    expect(_apply(runner, venv), ExitCode.OK, f"applied to {TARGET}: {CUDA}")
     assert target_file(venv).read_bytes() == expected("0.6.18.post1").encode()
     assert list((venv / ".fi-patch" / "backups").iterdir()) != []
     expect(fi_patch(runner, "revert", "--venv", venv), ExitCode.OK)
@@ -649,7 +651,8 @@ def test_a_bug_on_one_target_loses_no_other_result(runner: CliRunner, venv_with:
     assert "RuntimeError: a bug fi-patch did not expect" in broken["error"]["message"]
     assert "a bug in fi-patch: please report it" in broken["error"]["remedy"]
     assert any(line.startswith("at ") for line in broken["error"]["details"])
-    assert reverted["patches"][0]["action"] == "reverted"
+    actions = {p["patch"]: p["action"] for p in reverted["patches"]}
+    assert actions[CUDA] == "reverted" and actions["api-logging-under-compile"] != "reverted"
     assert target_file(second).read_bytes() == released_text(RELEASES["0.5.0"])
     assert target_file(first).read_bytes() == expected("0.5.0").encode()
 
