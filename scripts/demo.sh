@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The main job on a throwaway venv: a real FlashInfer release beside torch's CUDA 13.0 build
-# (it imports without a GPU). FlashInfer 0.7.0 takes eleven of fi-patch's patches (the FP4 path,
-# the declared ops, and the op boundaries of the activations and GEMMs). The proofs fail before,
-# a dry run names what apply would change, apply runs its pre-flight and the proofs and shows
-# its diff (once), they pass after, then check, revert of one patch (the others stay) and revert
-# of all. Each step shows its command and exit code, and the script stops if a code is not the
+# (it imports without a GPU). FlashInfer 0.7.0 takes 20 of fi-patch's 21 patches (the FP4 path,
+# the declared ops, API logging, and the op boundaries of the quantizers, activations, GEMMs and
+# samplers). The proofs fail before, a dry run names what apply would change, apply runs its
+# pre-flight and the proofs and says in a summary what it wrote, they pass after, then check,
+# revert of one patch (the others stay), that patch again with its diff (--diff), and revert of
+# all. Each step shows its command and exit code, and the script stops if a code is not the
 # documented one.
 set -uo pipefail
 venv=${1:-build/demo-venv}
@@ -37,13 +38,16 @@ echo "installing flashinfer-python==$release (its GPU-only dependencies left out
 pip_target --no-deps "flashinfer-python==$release"
 
 step 3 fi-patch check --venv "$venv" --verify
-# -q: the dry run names what it would apply; apply itself then shows the diff, once.
+# -q: the dry run names what it would apply (without -q it shows the diff).
 step 0 fi-patch apply --venv "$venv" --dry-run -q
+# The summary: a line for each file, the proofs in one, where the backups are.
 step 0 fi-patch apply --venv "$venv"
 step 0 fi-patch apply --venv "$venv"
 step 0 fi-patch check --venv "$venv" --verify
 step 0 fi-patch revert --venv "$venv" --patch fp4-quantize-under-compile
 step 3 fi-patch check --venv "$venv"
+# The same patch again, with its diff.
+step 0 fi-patch apply --venv "$venv" --patch fp4-quantize-under-compile --diff
 step 0 fi-patch revert --venv "$venv"
 step 3 fi-patch check --venv "$venv"
 echo

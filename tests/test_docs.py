@@ -82,6 +82,35 @@ def test_readme_ranges_are_the_catalogs() -> None:
         assert row == whole, patch.id
 
 
+def _span(patch: object) -> str:
+    """The releases of `patch`'s shapes, lowest to highest, as README.md writes them."""
+    from packaging.version import Version
+
+    shapes = patch.shapes  # type: ignore[attr-defined]
+    lows = [s.version for sh in shapes for s in sh.versions if s.operator in (">=", "==")]
+    highs = [s.version for sh in shapes for s in sh.versions if s.operator in ("<=", "==")]
+    return f"{min(lows, key=Version)} \u2013 {max(highs, key=Version)}"
+
+
+def test_readme_opens_with_each_family_s_entry_points_and_releases() -> None:
+    """The family table README.md opens with names each entry point an op-* patch routes, in the
+    row of its releases, and the crash fix's and API logging's releases are their patches'."""
+    text = README.read_text()
+    table = text[: text.index("| patch | what it changes | releases |")]
+    rows = re.findall(r"^\|\s*([^|]*?)\s*\|\s*([^|]+?)\s*\|\s*([^|]*?)\s*\|$", table, re.M)
+    assert len(rows) >= 10
+    by_name = {
+        name: releases for _, names, releases in rows for name in re.findall(r"`(\w+)`", names)
+    }
+    for patch in load_patches():
+        if patch.id.startswith("op-"):
+            assert by_name[patch.function] == _span(patch), patch.id
+    families = {family: releases for family, _, releases in rows if family}
+    patches = {p.id: p for p in load_patches()}
+    assert families["the crash above"] == _span(patches["cuda-version-torch-first"])
+    assert families["API logging"] == _span(patches["api-logging-under-compile"])
+
+
 def test_versions_written_out_are_the_package_s() -> None:
     """Wheel names and fi-patch's marker lines shown in the docs and examples carry the
     version the package has now: a version bump that forgets one fails here."""

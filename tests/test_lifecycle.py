@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from tests.support.cli import fi_patch, patch_result, states_of
 from tests.support.expected import expected, files_of, target_of
 from tests.support.releases import (
     ACTIVATION,
+    API_LOGGING,
     BATCHED,
     BOUNDARIES,
     CUDA,
@@ -34,6 +36,7 @@ from tests.support.releases import (
     GEMM,
     GROUPED,
     INTERLEAVE,
+    LOGGING,
     MXFP8,
     OP_BOUNDARY,
     RELEASES,
@@ -83,10 +86,13 @@ def test_apply_check_revert_round_trip(
     assert sorted(f["relpath"] for f in planned["files"]) == files_of(version)
     assert not (venv / ".fi-patch").exists()
 
-    applied = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
+    applied = fi_patch(runner, "apply", "--venv", venv, "--no-verify", "--full-diff")
     assert applied.code == ExitCode.OK, applied.stderr
-    for patch in applicable:
-        assert f"applied {patch} to {target_of(patch, version)}" in applied.text
+    # The summary's line for each file names the patches written in it, wrapped between words.
+    said = " ".join(applied.stdout.split())
+    for relpath in files_of(version):
+        held = [p for p in sorted(applicable) if target_of(p, version) == relpath]
+        assert f"applied to {relpath}: {', '.join(held)}" in said
     for relpath in files_of(version):
         assert (site / relpath).read_bytes() == expected(version, relpath).encode("utf-8")
     for file in planned["files"]:
@@ -132,7 +138,8 @@ def test_not_applicable_release(runner: CliRunner, venv_with: MakeVenv, version:
     run = fi_patch(runner, "apply", "--venv", venv, "--no-verify")
     assert run.code == ExitCode.OK
     # apply names the patches with nothing to do on one line; check says why, once each.
-    (idle,) = [line for line in run.stdout.splitlines() if line.startswith("not applicable")]
+    said = " ".join(run.stdout.split())
+    (idle,) = re.findall(r"not applicable to [^:]*: [a-z0-9, -]*", said)
     assert idle.startswith(f"not applicable to flashinfer-python {version} (`fi-patch check`")
     assert "cuda-version-torch-first" in idle and "fp4-quantize-op-boundary" in idle
     assert "nothing to patch" not in run.text
@@ -146,7 +153,7 @@ def test_not_applicable_release(runner: CliRunner, venv_with: MakeVenv, version:
 def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.6.18.post1")
     site = site_packages(venv)
-    written = (TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT, SAMPLING)
+    written = (TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT, SAMPLING, API_LOGGING)
     originals = {f: (site / f).read_bytes() for f in written}
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     store = venv / ".fi-patch"
@@ -200,6 +207,7 @@ def test_revert_of_one_patch_keeps_the_others(runner: CliRunner, venv_with: Make
     assert (site / TARGET).read_bytes() == expected("0.7.0").encode()
     states, code = states_of(runner, venv)
     assert states == {
+        LOGGING: "patched",
         CUDA: "patched",
         DECLARED: "patched",
         DECLARED_FAKE: "patched",
@@ -258,6 +266,7 @@ def test_where_upstream_fixed_the_op_the_branch_needs_nothing_else(
     assert (site_packages(venv) / TARGET).read_bytes() == released_text(RELEASES["0.7.4"])
     states, _ = states_of(runner, venv)
     assert states == {
+        LOGGING: "pristine",
         CUDA: "pristine",
         DECLARED: "pristine",
         DECLARED_FAKE: "pristine",

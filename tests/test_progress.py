@@ -83,7 +83,7 @@ def test_piped_apply_says_its_long_steps_on_stderr_and_nothing_more_on_stdout(
     assert "\x1b" not in piped.stderr and "\r" not in piped.stderr
     assert piped.stdout.startswith(f"environment {venv} ")
     assert not re.search(STAMP, piped.stdout), piped.stdout
-    assert f"applied {CUDA} to {TARGET}" in piped.stdout
+    assert f"applied to {TARGET}: {CUDA}" in piped.stdout
 
 
 def test_json_is_one_document_on_stdout_with_or_without_verbose(

@@ -29,6 +29,7 @@ from tests.support.releases import (
     DECLARED_FAKE,
     FORWARDING,
     FP4,
+    LOGGING,
     OP_BOUNDARY,
     RELEASES,
     TARGET,
@@ -100,8 +101,13 @@ def test_apply_proves_every_patch_with_real_proofs(runner: CliRunner, venv_with:
 
     verified = fi_patch(runner, "check", "--venv", venv, "--verify")
     assert verified.code == ExitCode.OK, verified.text
+    count = len(records)
+    assert f"proofs: {count} of {count} pass on the patched code (-v shows each)" in (
+        " ".join(verified.stdout.split())
+    )
+    verbose = fi_patch(runner, "check", "--venv", venv, "--verify", "-v")
     for patch in (CUDA, FORWARDING, UNDER_COMPILE):
-        assert f"{patch} proof (after the patch): passes" in verified.text
+        assert f"{patch} proof (after the patch): passes" in verbose.text
 
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.0"])
@@ -135,8 +141,9 @@ def test_fp4_proofs_on_every_shape(
 def test_apply_for_people_says_before_fails_after_passes(
     runner: CliRunner, venv_with: MakeVenv
 ) -> None:
+    """By default the proofs are one line; -v gives each its own."""
     venv = venv_with("0.7.4")
-    run = fi_patch(runner, "apply", "--venv", venv)
+    run = fi_patch(runner, "apply", "--venv", venv, "-v")
     assert run.code == ExitCode.OK
     assert "pre-flight: torch 2.14.1+cu130: torch.version.cuda = '13.0'" in run.text
     assert "nvcc: " in run.text and "(13.0), from " in run.text
@@ -161,7 +168,7 @@ def test_toolkit_mismatch_is_refused_unless_allowed(venv_with: MakeVenv, tmp_pat
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.4"])
     assert fp4_file(venv).read_bytes() == released_text(RELEASES["0.7.4"], FP4)
 
-    allowed = fi_patch(runner, "apply", "--venv", venv, "--allow-mismatch")
+    allowed = fi_patch(runner, "apply", "--venv", venv, "--allow-mismatch", "-v")
     assert allowed.code == ExitCode.OK, allowed.text
     assert "warning: toolkit mismatch" in allowed.text
     assert "proceeding because of --allow-mismatch" in allowed.text
@@ -255,6 +262,7 @@ def test_a_failed_proof_rolls_back_only_the_files_it_covers(
     assert fp4_file(venv).read_bytes() == expected("0.7.0", FP4, [FORWARDING]).encode()
     states, _ = states_of(CliRunner(env={"VIRTUAL_ENV": None}), venv)
     assert states == {
+        LOGGING: "pristine",
         CUDA: "pristine",
         DECLARED: "pristine",
         DECLARED_FAKE: "pristine",
@@ -285,7 +293,8 @@ def test_a_revert_whose_remaining_patch_fails_its_proof_is_rolled_back(
     assert fp4_file(venv).read_bytes() == before
     states, _ = states_of(runner, venv)
     assert states == {
-        **dict.fromkeys((CUDA, DECLARED, DECLARED_FAKE, FORWARDING, UNDER_COMPILE), "patched"),
+        **dict.fromkeys((LOGGING, CUDA, DECLARED, DECLARED_FAKE, FORWARDING), "patched"),
+        UNDER_COMPILE: "patched",
         **dict.fromkeys(BOUNDARIES, "patched"),
         OP_BOUNDARY: "not-applicable",
     }
@@ -409,12 +418,18 @@ def test_a_proof_that_fails_before_the_patch_is_its_summary_unless_verbose(
     venv = venv_with("0.7.4")
     plain = fi_patch(runner, "check", "--venv", venv, "--verify")
     assert plain.code == ExitCode.NEEDS_APPLY
-    assert (
-        "cuda-version-torch-first proof (before the patch): fails at torch.compile(fullgraph=True)"
-        in plain.text
+    # The proofs in one line: each is red before the patch for its own reason, as it should be.
+    count = len(RELEASES["0.7.4"].shapes)
+    assert f"proofs: {count} of {count} red before the patch (-v shows each)" in (
+        " ".join(plain.stdout.split())
     )
+    assert "fails at torch.compile(fullgraph=True)" not in plain.text
     assert "Explanation:" not in plain.text
     verbose = fi_patch(runner, "-v", "check", "--venv", venv, "--verify")
+    assert (
+        "cuda-version-torch-first proof (before the patch): fails at torch.compile(fullgraph=True)"
+        in verbose.text
+    )
     assert "Explanation: Dynamo does not know how to trace the builtin" in verbose.text
     # -q says it as what it is: the red a pristine target is expected to show, not an alarm.
     quiet = fi_patch(runner, "-q", "check", "--venv", venv, "--verify", "--patch", CUDA)

@@ -204,8 +204,22 @@ Verbose = Annotated[
     typer.Option(
         "-v",
         "--verbose",
-        help="Print each step on stderr as it starts, with its time, and the total at the end.",
+        help="Print each patch's line and each proof's text (apply, revert, check --verify), "
+        "and each step on stderr as it starts, with its time, and the total at the end.",
     ),
+]
+
+ShowDiff = Annotated[
+    bool,
+    typer.Option(
+        "--diff",
+        help="Show the unified diff of each file written, fi-patch's op runtime (placed whole "
+        "from src/fi_patcher/placed/) named in one line.",
+    ),
+]
+FullDiff = Annotated[
+    bool,
+    typer.Option("--full-diff", help="Show the unified diff whole, the op runtime line by line."),
 ]
 
 _verbosity = render.Verbosity()
@@ -239,6 +253,7 @@ def _root(
 ) -> None:
     """fi-patch: apply, check and revert FlashInfer patches for FP4 under torch.compile."""
     _verbosity.quiet, _verbosity.verbose, _json[0] = False, False, as_json
+    _verbosity.diff = _verbosity.full_diff = False
     _verbosity.started = time.monotonic()
     _flags(quiet, verbose, False)
 
@@ -254,6 +269,8 @@ def apply_command(
         bool,
         typer.Option("--dry-run", help="Run the pre-flight, show the diff, change nothing."),
     ] = False,
+    show_diff: ShowDiff = False,
+    full_diff: FullDiff = False,
     force: Annotated[
         bool,
         typer.Option(
@@ -291,6 +308,7 @@ def apply_command(
     (exit 13). Idempotent.
     """
     as_json = _flags(quiet, verbose, as_json)
+    _verbosity.diff, _verbosity.full_diff = show_diff, full_diff
     chosen = _choose(patch, as_json)
     from fi_patcher import api
 

@@ -6,8 +6,10 @@ With `cli`, the only module that imports rich. Nothing here decides anything.
 from __future__ import annotations
 
 import contextlib
+import re
 import textwrap
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -30,6 +32,12 @@ from fi_patcher.results import Checked, Failed, Outcome, PatchOutcome, Result
 class Verbosity:
     quiet: bool = False
     verbose: bool = False
+    """Each patch's line and each proof's text (apply, revert, check --verify), and each step
+    on stderr as it starts."""
+    diff: bool = False
+    """apply and revert show the diff of each file (a dry run always does)."""
+    full_diff: bool = False
+    """The diff shows fi-patch's own code placed in a file line by line, not named in one."""
     started: float = field(default_factory=time.monotonic)
     """When the command started (`time.monotonic`): each step's time and the total count from
     it."""
@@ -113,10 +121,11 @@ def check(out: Console, checked: Checked, verbosity: Verbosity) -> None:
         if state.note:
             _paragraph(out, f"{state.patch.id}: note: {state.note}", style="cyan")
         report = reports.get(state.patch.id)
-        if report is not None:
+        if report is not None and verbosity.verbose:
             label = f"{state.patch.id} proof ({report.mode} the patch)"
-            shown = report.mode == "after" or verbosity.verbose
-            proof(out, label, report, details=shown, notes=verbosity.verbose)
+            proof(out, label, report, details=True, notes=True)
+    ordered = [s.patch.id for states in grouped.values() for s in states]
+    _proofs(out, [(i, reports[i]) for i in ordered if i in reports], verbosity)
     _refusal(out, checked, verbosity)
 
 
@@ -211,8 +220,12 @@ def proof(
 
 
 def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
-    """An apply or a revert on one target: what it did, even where it ended in an error."""
+    """An apply or a revert on one target: what it did, even where it ended in an error. By
+    default a summary: the header, a line for each file and the patches it holds, the proofs in
+    one line, the outcome and where the backups are. The diff with --diff (and in a dry run),
+    each patch's line and each proof's text with -v; with -q, each patch's outcome only."""
     err = console(stderr=True)
+    dry = any(p.action in ("would-apply", "would-rewrite") for p in result.patches)
     if not verbosity.quiet:
         environment(out, result.target, result.assessment)
         if result.preflight is not None:
@@ -220,29 +233,41 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
         _nvcc(out, result.preflight)
     for warning in result.warnings:
         err.print(Text("warning: " + warning, style="bold yellow"))
-    if not verbosity.quiet:
+    if not verbosity.quiet and (verbosity.diff or verbosity.full_diff or dry):
         for file in result.files:
             if file.diff:
-                diff(out, file.diff)
+                diff(out, file.diff, full=verbosity.full_diff)
+    if verbosity.verbose:
         for patch in result.patches:
             if patch.before is not None:
                 _paragraph(out, f"{patch.state.patch.id} before: {patch.before.summary}")
             if patch.after is not None:
                 label = f"{patch.state.patch.id} after"
                 proof(out, label, patch.after, notes=verbosity.verbose)
-    if any(p.action == "would-apply" for p in result.patches):
+    if dry:
         # -q shows no diff: only what would be applied, below.
         shown = "" if verbosity.quiet else "this diff would be applied; "
         out.print(Text(f"dry run: {shown}nothing was changed", style="yellow"))
     _patch_lines(out, result, verbosity)
     _not_applicable(out, result, verbosity)
+    if not verbosity.quiet:
+        proven = [
+            (p.state.patch.id, report)
+            for p in result.patches
+            for report in (p.before, p.after)
+            if report is not None
+        ]
+        _proofs(out, proven, verbosity)
+        _done(out, result, verbosity)
     for file in result.files:
-        if file.backup is not None and not verbosity.quiet:
+        if file.backup is not None and verbosity.verbose:
             out.print(f"{file.relpath}: original bytes kept in {file.backup}")
         if file.action == "stranded":
             out.print(Text(f"{file.path}: {file.message}", style="bold red"))
         if file.action == "tidied":
             out.print(Text(f"{file.relpath}: record tidied: {file.message}", style="cyan"))
+    if not verbosity.quiet and not verbosity.verbose:
+        _backups(out, result)
     if result.running:
         err.print(
             Text(
@@ -258,26 +283,148 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
         error(err, result.failure)
 
 
+_GROUPED = {
+    "applied": "applied to {file}: {ids}",
+    "would-apply": "would apply to {file}: {ids}",
+    "already-applied": "already applied in {file}: {ids}",
+    "reverted": "{message} ({ids})",
+    "cleared-record": "{message} ({ids})",
+}
+"""The actions the summary says once for each file (and message), naming its patches."""
+
+
 def _patch_lines(out: Console, result: Outcome, verbosity: Verbosity) -> None:
-    """A line for each patch (those with nothing to do are named together, after); under -v, a
-    patch left out for want of knowledge shows its evidence."""
+    """A line for each patch, with -q and -v; by default one for each file (and message) where
+    the patches in it did the same (_GROUPED), and a line of its own for each other. Those with
+    nothing to do are named together, after; under -v, a patch left out for want of knowledge
+    shows its evidence."""
     said: set[str] = set()
+    each = verbosity.quiet or verbosity.verbose
     for patch in result.patches:
         if patch.action == "not-applicable" and not verbosity.verbose:
             continue
         style, message = _line(patch)
+        ident, group = patch.state.patch.id, _group(patch)
+        if group is not None and not each:
+            if group in said:
+                continue
+            said.add(group)
+            alike = ", ".join(p.state.patch.id for p in result.patches if _group(p) == group)
+            template = _GROUPED[patch.action]
+            target = patch.state.patch.target
+            _paragraph(
+                out, template.format(file=target, ids=alike, message=patch.message), style=style
+            )
+            continue
         if patch.action == "nothing-to-revert":
             # One line per reason, naming its patches: not the same sentence once per patch.
-            if patch.message in said:
+            key = patch.message if each else _unapplied(patch)
+            if key in said:
                 continue
-            said.add(patch.message)
-            alike = [p.state.patch.id for p in result.patches if p.message == patch.message]
-            if patch.state.patch.id not in patch.message:
-                message = f"{patch.message} ({', '.join(alike)})"
-        out.print(Text(message, style=style))
+            said.add(key)
+            if key == _UNAPPLIED:
+                alike = ", ".join(p.state.patch.id for p in result.patches if _unapplied(p) == key)
+                message = f"{_UNAPPLIED}: {alike}"
+            elif ident not in patch.message:
+                alike = ", ".join(
+                    p.state.patch.id for p in result.patches if p.message == patch.message
+                )
+                message = f"{patch.message} ({alike})"
+        if each:
+            out.print(Text(message, style=style))
+        else:
+            _paragraph(out, message, style=style)
         if patch.unknown is not None and verbosity.verbose:
             for line in patch.unknown.details:
                 out.print(Text("  " + line, style="dim"))
+
+
+def _group(patch: PatchOutcome) -> str | None:
+    """The summary's line a patch is said in with others (those that did the same in the same
+    file, for the same reason), or None for a line of its own (a fix made by hand, adopted)."""
+    if patch.action not in _GROUPED or patch.state.state is State.HAND_PATCHED:
+        return None
+    return f"{patch.action} {patch.state.patch.target} {patch.message}"
+
+
+_UNAPPLIED = "nothing to revert, not applied here"
+
+
+def _unapplied(patch: PatchOutcome) -> str:
+    """The summary's reason for a patch with nothing to revert: those not applied are said
+    together."""
+    plain = f"nothing to revert: {patch.state.patch.id} is not applied here"
+    return _UNAPPLIED if patch.message == plain else patch.message
+
+
+def _proofs(out: Console, proven: Sequence[tuple[str, ProofReport]], verbosity: Verbosity) -> None:
+    """The proofs (patch, report) in one line: how many were red before the patch (as a
+    release's own code should be) and how many pass after it, naming those that do not; under
+    it, the summary of each that failed after."""
+    before = [(ident, r) for ident, r in proven if r.mode == "before"]
+    after = [(ident, r) for ident, r in proven if r.mode == "after"]
+    if not proven:
+        return
+    parts = []
+    if before:
+        green = [ident for ident, r in before if r.passed]
+        part = f"{len(before) - len(green)} of {len(before)} red before the patch"
+        parts.append(f"{part} (passing already: {', '.join(green)})" if green else part)
+    failed = [(ident, r) for ident, r in after if not r.passed]
+    if after:
+        when = "after it" if before else "on the patched code"
+        part = f"{len(after) - len(failed)} of {len(after)} pass {when}"
+        named = ", ".join(ident for ident, _ in failed)
+        parts.append(f"{part}; failed: {named}" if failed else part)
+    hint = "" if verbosity.verbose else " (-v shows each)"
+    style = "bold red" if failed else "green" if after else ""
+    _paragraph(out, f"proofs: {', '.join(parts)}{hint}", style=style)
+    if verbosity.verbose:
+        return
+    for ident, report in failed:
+        proof(out, f"{ident} proof (after the patch)", report, details=False)
+    # Red before the patch each for its own reason, as it should be; one reason shared by
+    # several (torch will not import, say) is the environment's, and said once.
+    shared = Counter(r.summary for _, r in before if not r.passed)
+    for said, count in shared.items():
+        if count > 1:
+            _paragraph(out, f"{count} proofs before the patch: {said}", style="yellow")
+
+
+def _done(out: Console, result: Outcome, verbosity: Verbosity) -> None:
+    """What the command changed, in a line, and where the details are."""
+    written = [f for f in result.files if f.action == "written"]
+    reverted = [f for f in result.files if f.action == "reverted"]
+    shown = verbosity.diff or verbosity.full_diff
+    hint = "" if shown else " (--diff shows the changes)"
+    if written:
+        count = sum(p.action in ("applied", "rewritten") for p in result.patches)
+        patches = "patch" if count == 1 else "patches"
+        files = "file" if len(written) == 1 else "files"
+        said = f"applied {count} {patches} in {len(written)} {files}{hint}"
+        _paragraph(out, said, style="green")
+    elif reverted:
+        files = "file" if len(reverted) == 1 else "files"
+        _paragraph(out, f"reverted {len(reverted)} {files}", style="green")
+    elif (
+        result.failure is None
+        and not result.files
+        and result.patches
+        and all(p.action in ("already-applied", "not-applicable") for p in result.patches)
+    ):
+        out.print(Text("nothing to write: every patch that applies here is in place", "green"))
+
+
+def _backups(out: Console, result: Outcome) -> None:
+    """Where the original bytes of the files written are kept, in a line."""
+    kept = [f.backup for f in result.files if f.backup is not None]
+    if kept:
+        files = "file" if len(kept) == 1 else "files"
+        _paragraph(
+            out,
+            f"original bytes of {len(kept)} {files} kept in {kept[0].parent} "
+            "(`revert` puts them back)",
+        )
 
 
 def _not_applicable(out: Console, result: Outcome, verbosity: Verbosity) -> None:
@@ -288,7 +435,9 @@ def _not_applicable(out: Console, result: Outcome, verbosity: Verbosity) -> None
         return
     release = result.assessment.installed
     of = f" to {release.name} {release.version}" if release is not None else ""
-    out.print(Text(f"not applicable{of} (`fi-patch check` says why): {', '.join(idle)}", "cyan"))
+    _paragraph(
+        out, f"not applicable{of} (`fi-patch check` says why): {', '.join(idle)}", style="cyan"
+    )
 
 
 def _line(patch: PatchOutcome) -> tuple[str, str]:
@@ -326,8 +475,10 @@ def _line(patch: PatchOutcome) -> tuple[str, str]:
     )
 
 
-def diff(out: Console, text: str) -> None:
-    for line in text.splitlines():
+def diff(out: Console, text: str, *, full: bool = False) -> None:
+    """A unified diff, coloured; unless `full`, a long run of added lines (fi-patch's own code
+    placed in the file) named in one line after its first."""
+    for line in text.splitlines() if full else abridged(text):
         if line.startswith(("+++", "---")):
             style = "bold"
         elif line.startswith("+"):
@@ -339,6 +490,47 @@ def diff(out: Console, text: str) -> None:
         else:
             style = ""
         out.print(Text(line, style=style))
+
+
+LONGEST_RUN = 40
+"""The most added lines in a row a diff shows: longer runs are fi-patch's op runtime, placed
+whole from src/fi_patcher/placed/ (about 1,100 lines in flashinfer/utils.py)."""
+
+_MARKER = re.compile(r"#\s*fi-patch:\s*(\S+)")
+
+
+def abridged(text: str) -> list[str]:
+    """The lines of a unified diff, each run of more than LONGEST_RUN added lines kept as its
+    first line (fi-patch's marker, naming the patch) and one line that says what the rest is."""
+    lines = text.splitlines()
+    kept: list[str] = []
+    start = 0
+    while start < len(lines):
+        end = start
+        while end < len(lines) and lines[end].startswith("+") and not lines[end].startswith("+++"):
+            end += 1
+        if end - start > LONGEST_RUN:
+            # The run's head, to fi-patch's marker (naming the patch) where it comes first.
+            head = next(
+                (n + 1 for n in range(start, start + 3) if _MARKER.search(lines[n])), start + 1
+            )
+            marker = _MARKER.search(lines[head - 1])
+            by = f" placed by {marker.group(1)}" if marker else ""
+            last = lines[head - 1]
+            indent = last[1 : len(last) - len(last[1:].lstrip())]
+            kept += lines[start:head]
+            kept.append(
+                f"+{indent}# ... fi-patch's op runtime{by}: {end - head:,} more lines, from "
+                "src/fi_patcher/placed/ (--full-diff shows them)"
+            )
+            start = end
+        elif end > start:
+            kept += lines[start:end]
+            start = end
+        else:
+            kept.append(lines[start])
+            start += 1
+    return kept
 
 
 def catalog(out: Console, patches: Sequence[Patch]) -> None:
@@ -404,7 +596,17 @@ def summary_line(result: Result) -> str:
         return f"error: {result.error.message}"
     if isinstance(result, Checked):
         return ", ".join(f"{s.patch.id} {s.state.value}" for s in result.assessment.patches)
-    return ", ".join(f"{p.state.patch.id} {p.action}" for p in result.patches)
+    counts: dict[str, list[str]] = {}
+    for patch in result.patches:
+        counts.setdefault(patch.action, []).append(patch.state.patch.id)
+    # The actions every run has many of, counted; the rest, named.
+    return ", ".join(
+        f"{len(ids)} {action}" if action in _COUNTED else f"{action}: {', '.join(ids)}"
+        for action, ids in counts.items()
+    )
+
+
+_COUNTED = frozenset({"applied", "would-apply", "already-applied", "not-applicable", "reverted"})
 
 
 def notes(err: Console, lines: Sequence[str]) -> None:
