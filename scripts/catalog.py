@@ -166,7 +166,29 @@ def _range_in_page(
         return text
     low = row.group(1).split(" \u2013 ")[0]
     high = max(row.group(1).split(" \u2013 ")[-1], wider_high(wider), key=Version)
+    text = _family_row(text, patch, row.group(1), f"{low} \u2013 {high}")
     return text.replace(row.group(0), row.group(0).replace(row.group(1), f"{low} \u2013 {high}"))
+
+
+# README.md's family table names these patches' rows by family; an op-* patch's row is the one
+# that names its entry point.
+FAMILIES = {
+    "cuda-version-torch-first": "the crash above",
+    "api-logging-under-compile": "API logging",
+}
+
+
+def _family_row(text: str, patch: Patch, old: str, new: str) -> str:
+    """README.md's family table with the row of `patch` (where it spans `old`, as the patch's
+    own row did) spanning `new`."""
+    if patch.id in FAMILIES:
+        head = rf"\| {re.escape(FAMILIES[patch.id])} \|[^|]*"
+    elif patch.id.startswith("op-"):
+        head = rf"\|[^|]*\|[^|]*`{re.escape(patch.function)}`[^|]*"
+    else:
+        return text
+    row = re.search(rf"(?m)^({head}\| ){re.escape(old)}( \|)$", text)
+    return text if row is None else text.replace(row.group(0), row.group(1) + new + row.group(2))
 
 
 def wider_high(versions: SpecifierSet) -> str:

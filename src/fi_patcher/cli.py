@@ -209,6 +209,9 @@ Verbose = Annotated[
     ),
 ]
 
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="Run the pre-flight, show the diff, change nothing.")
+]
 ShowDiff = Annotated[
     bool,
     typer.Option(
@@ -265,10 +268,7 @@ def apply_command(
     venv: Venv = None,
     python: Python = None,
     patch: PatchIds = None,
-    dry_run: Annotated[
-        bool,
-        typer.Option("--dry-run", help="Run the pre-flight, show the diff, change nothing."),
-    ] = False,
+    dry_run: DryRun = False,
     show_diff: ShowDiff = False,
     full_diff: FullDiff = False,
     force: Annotated[

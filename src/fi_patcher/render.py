@@ -35,7 +35,7 @@ class Verbosity:
     """Each patch's line and each proof's text (apply, revert, check --verify), and each step
     on stderr as it starts."""
     diff: bool = False
-    """apply and revert show the diff of each file (a dry run always does)."""
+    """apply shows the diff of each file it writes (a dry run always does)."""
     full_diff: bool = False
     """The diff shows fi-patch's own code placed in a file line by line, not named in one."""
     started: float = field(default_factory=time.monotonic)
@@ -251,13 +251,8 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
     _patch_lines(out, result, verbosity)
     _not_applicable(out, result, verbosity)
     if not verbosity.quiet:
-        proven = [
-            (p.state.patch.id, report)
-            for p in result.patches
-            for report in (p.before, p.after)
-            if report is not None
-        ]
-        _proofs(out, proven, verbosity)
+        reports = [(p.state.patch.id, (p.before, p.after)) for p in result.patches]
+        _proofs(out, [(i, r) for i, pair in reports for r in pair if r is not None], verbosity)
         _done(out, result, verbosity)
     for file in result.files:
         if file.backup is not None and verbosity.verbose:
@@ -268,19 +263,25 @@ def outcome(out: Console, result: Outcome, verbosity: Verbosity) -> None:
             out.print(Text(f"{file.relpath}: record tidied: {file.message}", style="cyan"))
     if not verbosity.quiet and not verbosity.verbose:
         _backups(out, result)
-    if result.running:
-        err.print(
-            Text(
-                f"note: {len(result.running)} process(es) of this environment started before "
-                "the write with torch loaded: those that imported FlashInfer keep the old code "
-                "until they are restarted (fi-patch signals nothing):",
-                style="bold yellow",
-            )
-        )
-        for running in result.running:
-            err.print(Text(f"  pid {running.pid} (since {running.started}): {running.command}"))
+    _running(err, result)
     if result.failure is not None:
         error(err, result.failure)
+
+
+def _running(err: Console, result: Outcome) -> None:
+    """The processes that keep the old code until they are restarted."""
+    if not result.running:
+        return
+    err.print(
+        Text(
+            f"note: {len(result.running)} process(es) of this environment started before "
+            "the write with torch loaded: those that imported FlashInfer keep the old code "
+            "until they are restarted (fi-patch signals nothing):",
+            style="bold yellow",
+        )
+    )
+    for running in result.running:
+        err.print(Text(f"  pid {running.pid} (since {running.started}): {running.command}"))
 
 
 _GROUPED = {
