@@ -34,6 +34,7 @@ from tests.support.releases import (
     FP4,
     GELU,
     GELU_TANH,
+    LOGGING,
     MM_FP8,
     OP_BOUNDARY,
     RELEASES,
@@ -49,6 +50,7 @@ from tests.support.venvs import pip, record_sha256, site_packages
 
 PRE_RELEASES = {
     "0.6.0rc1": (
+        LOGGING,
         CUDA,
         DECLARED,
         DECLARED_FAKE,
@@ -60,7 +62,7 @@ PRE_RELEASES = {
         SILU,
         SILU_EXPERTS,
     ),
-    "0.7.2rc6": (CUDA, DECLARED, DECLARED_FAKE, UNDER_COMPILE, *BOUNDARIES),
+    "0.7.2rc6": (LOGGING, CUDA, DECLARED, DECLARED_FAKE, UNDER_COMPILE, *BOUNDARIES),
 }
 
 

@@ -29,6 +29,7 @@ from tests.support.releases import (
     FP4,
     GROUPED,
     INTERLEAVE,
+    LOGGING,
     OP_BOUNDARY,
     RELEASES,
     TARGET,
@@ -74,6 +75,7 @@ def test_a_venv_patched_by_0_1_0_is_checked_extended_and_reverted(
 
     states, code = states_of(runner, venv)
     assert states == {
+        LOGGING: "pristine",
         CUDA: "patched",
         DECLARED: "pristine",
         DECLARED_FAKE: "pristine",

@@ -146,10 +146,12 @@ def test_check_names_the_interrupted_command(runner: CliRunner, venv_with: MakeV
 
 BOTH = "0.7.0"
 # step -> (cpp_ext.py patched?, fp4_quantization.py patched?) right after the kill. The apply
-# writes cpp_ext.py, then fp4_quantization.py (registry order), each through its transaction.
+# writes api_logging.py, cpp_ext.py, then utils.py and fp4_quantization.py (registry order), each
+# through its transaction, which saves the journal before it replaces the file: the third save
+# comes after cpp_ext.py is replaced.
 BETWEEN = {
     "after-replace-1": (True, False),
-    "after-manifest-2": (True, False),
+    "after-manifest-3": (True, False),
     "after-replace-2": (True, True),
 }
 
