@@ -199,7 +199,7 @@ class Bench:
             max(3, self.rounds // 2),
         )
         return figure(
-            "fi-patch check --verify (4 proofs) / import flashinfer.jit.cpp_ext, 0.7.4",
+            "fi-patch check --verify (every proof) / import flashinfer.jit.cpp_ext, 0.7.4",
             ours,
             floor,
             ours / floor,
@@ -225,7 +225,7 @@ class Bench:
             rounds,
         )
         return figure(
-            "apply (5 patches, 5 proofs) / apply --patch cuda-version-torch-first, 0.7.0",
+            "apply (every patch, its proofs) / apply --patch cuda-version-torch-first, 0.7.0",
             everything,
             one,
             everything / one,
