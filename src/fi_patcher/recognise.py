@@ -143,7 +143,7 @@ def siblings_in(tree: ast.Module, scope: str) -> list[ast.stmt]:
     the else branches of top-level `if` statements (flashinfer/utils.py defines
     register_custom_op once for an old torch and once, in the else branch, for torch >= 2.4); or
     a dotted path of the functions that hold it (`flashinfer_api.decorator`: the wrapper
-    FlashInfer's API logging returns). None where a function of the path is not there exactly
+    FlashInfer's API logging returns). Empty where a function of the path is not there exactly
     once."""
     if not scope:
         return list(tree.body)
