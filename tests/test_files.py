@@ -27,6 +27,7 @@ from tests.support.venvs import (
     rerecord,
     site_packages,
     target_file,
+    written_files,
 )
 
 WHICH_CODE = """
@@ -66,6 +67,69 @@ def compile_unchecked(venv: Path) -> None:
     )
 
 
+CHECKED_HASH = 0b11
+"""The flags of a hash-based .pyc that the interpreter checks against its source (PEP 552)."""
+
+
+def pyc_flags(cached: Path) -> int:
+    return int.from_bytes(cached.read_bytes()[4:8], "little")
+
+
+def loaded_bytecode(venv: Path) -> str:
+    """What `import flashinfer` says under -v, in an environment that writes no bytecode (as
+    Dockerfiles often set it): the .pyc files it ran, and those it found stale."""
+    completed = subprocess.run(
+        [python_of(venv), "-v", "-c", "import flashinfer"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    return completed.stderr
+
+
+def test_the_bytecode_pip_left_is_written_for_each_new_text_and_back_on_revert(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    """Where no interpreter may write bytecode, deleting what pip compiled would make every
+    start compile the patched files again (gemm_base.py alone is 0.5 MB): fi-patch writes the
+    new text's bytecode instead, and on revert the original's."""
+    venv = venv_with("0.7.4")
+    files = written_files(venv)
+    cached = {
+        f: f.parent / "__pycache__" / f"{f.stem}.{sys.implementation.cache_tag}.pyc" for f in files
+    }
+    assert all(pyc.exists() for pyc in cached.values())
+    originals = {f: f.read_bytes() for f in files}
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    changed = [f for f in files if f.read_bytes() != originals[f]]
+    assert len(changed) == 8
+    seen = loaded_bytecode(venv)
+    for source in changed:
+        assert pyc_flags(cached[source]) == CHECKED_HASH
+        assert f"# code object from '{cached[source]}'" in seen, source
+    assert "stale" not in seen and "bad magic" not in seen
+
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    seen = loaded_bytecode(venv)
+    for source in changed:
+        assert source.read_bytes() == originals[source]
+        assert f"# code object from '{cached[source]}'" in seen, source
+    assert "stale" not in seen and "bad magic" not in seen
+
+
+def test_a_file_without_bytecode_gets_none(runner: CliRunner, venv_with: MakeVenv) -> None:
+    """As `pip install --no-compile` or uv left it: fi-patch adds no bytecode of its own."""
+    venv = venv_with("0.7.4")
+    path = target_file(venv)
+    for cached in (path.parent / "__pycache__").glob("cpp_ext.*.pyc"):
+        cached.unlink()
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    assert list((path.parent / "__pycache__").glob("cpp_ext.*.pyc")) == []
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert list((path.parent / "__pycache__").glob("cpp_ext.*.pyc")) == []
+
+
 def test_hardlinked_twin_keeps_the_original_bytes(
     runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
 ) -> None:
@@ -98,7 +162,8 @@ def test_unchecked_hash_bytecode_does_not_hide_the_patch(
 
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     assert code_seen(venv) == "current"
-    assert not list((path.parent / "__pycache__").glob("cpp_ext.*.pyc"))
+    (cached,) = (path.parent / "__pycache__").glob("cpp_ext.*.pyc")
+    assert pyc_flags(cached) == CHECKED_HASH  # valid for the new text alone
     compile_unchecked(venv)
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert code_seen(venv) == "current"

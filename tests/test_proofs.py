@@ -207,11 +207,20 @@ def test_no_nvcc_proceeds_on_torch_alone(venv_with: MakeVenv, tmp_path: Path) ->
     assert manifest(venv)[CUDA]["verification"] == "skipped"
 
 
+def cached_of(source: Path) -> tuple[int, dict[str, bytes]]:
+    """A file's mtime and the bytecode cached for it."""
+    pycs = sorted((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc"))
+    assert pycs, f"pip compiled {source}"
+    return source.stat().st_mtime_ns, {p.name: p.read_bytes() for p in pycs}
+
+
 def test_failed_proofs_roll_back_every_file(
     runner: CliRunner, venv_with: MakeVenv, tmp_path: Path
 ) -> None:
     venv = venv_with("0.7.0")
     originals = {f: (site_packages(venv) / f).read_bytes() for f in (TARGET, FP4)}
+    # A timestamp .pyc is valid for its source's mtime and size: undoing keeps both true.
+    found = {f: cached_of(site_packages(venv) / f) for f in (TARGET, FP4)}
     use(
         venv,
         fake_torch(
@@ -231,6 +240,7 @@ def test_failed_proofs_roll_back_every_file(
     for relpath, original in originals.items():
         now = (site_packages(venv) / relpath).read_bytes()
         assert hashlib.sha256(now).digest() == hashlib.sha256(original).digest()
+        assert cached_of(site_packages(venv) / relpath) == found[relpath]
     assert json.loads((venv / ".fi-patch" / "manifest.json").read_text())["files"] == []
     assert list((venv / ".fi-patch" / "backups").iterdir()) == []
     assert state_of(runner, venv) == ("pristine", ExitCode.NEEDS_APPLY)

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from fi_patcher.errors import EnvironmentProblem, UsageError
 from fi_patcher.interrupts import checkpoint
-from fi_patcher.model import Imported, Interpreter
+from fi_patcher.model import Bytecode, Imported, Interpreter
 
 PROBE_TIMEOUT = 30.0
 _BEGIN = "<<<fi-patch-probe>>>"
@@ -227,21 +227,25 @@ def run_script(
     return answer
 
 
-def compile_check(python: Path, source: bytes, filename: str, timeout: float) -> None:
-    """Compile `source` with the target's own interpreter, which is the one that will run it."""
-    with script_file("compiles.py") as path:
+def compile_check(python: Path, source: bytes, filename: str, timeout: float) -> Bytecode | None:
+    """Compile `source` with the target's own interpreter, which is the one that will run it,
+    and return the bytecode that interpreter caches for it (None where it caches none)."""
+    with script_file("compiles.py") as path, tempfile.TemporaryDirectory() as folder:
+        output = Path(folder) / "compiled.pyc"
         completed = run_target(
             python,
-            ["-I", "-S", _UTF8, os.fspath(path), filename],
+            ["-I", "-S", _UTF8, os.fspath(path), filename, os.fspath(output)],
             timeout=timeout,
             what="compile check",
             stdin=source,
         )
-    if completed.returncode != 0:
-        raise EnvironmentProblem(
-            f"the patched text of {filename} does not compile in {python}",
-            details=_tail(completed.stderr),
-        )
+        if completed.returncode != 0:
+            raise EnvironmentProblem(
+                f"the patched text of {filename} does not compile in {python}",
+                details=_tail(completed.stderr),
+            )
+        cached = completed.stdout.strip()
+        return Bytecode(Path(cached), output.read_bytes()) if cached else None
 
 
 def run_target(

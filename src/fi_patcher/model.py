@@ -373,6 +373,15 @@ class Interpreter:
 
 
 @dataclass(frozen=True)
+class Bytecode:
+    """What the target's interpreter caches for one text of a file: a checked-hash .pyc (valid
+    for exactly that text) and where the interpreter looks for it."""
+
+    path: Path
+    data: bytes
+
+
+@dataclass(frozen=True)
 class InstalledFile:
     site_packages: Path
     relpath: str

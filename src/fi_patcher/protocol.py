@@ -1,9 +1,9 @@
-"""The one write protocol, for apply and revert alike: compile-check what will be written, prove
-before (a report), write every file, prove after (the gate), then settle each file: commit it,
-or undo it. Every write is a store `Transaction`. A failed write, or proofs that cannot run,
-undo every file; a failed proof undoes the files it covers. An undo that fails never stops the
-others, and the error names what each file holds afterwards. Runs under the environment's lock,
-after every refusal.
+"""The one write protocol, for apply and revert alike: compile-check what will be written (the
+target's interpreter gives its bytecode too), prove before (a report), write every file, prove
+after (the gate), then settle each file: commit it, or undo it. Every write is a store
+`Transaction`. A failed write, or proofs that cannot run, undo every file; a failed proof undoes
+the files it covers. An undo that fails never stops the others, and the error names what each
+file holds afterwards. Runs under the environment's lock, after every refusal.
 """
 
 from __future__ import annotations
@@ -79,8 +79,12 @@ class Protocol:
             progress(
                 f"compile-checking the new text of {counted(len(written), 'file')} in {python}"
             )
-        for change in written:
-            compile_check(python, change.after, str(change.path), self.options.timeout)
+        bytecode = {
+            change.relpath: compile_check(
+                python, change.after, str(change.path), self.options.timeout
+            )
+            for change in written
+        }
         if clear:
             progress(f"clearing the records of {counted(len(clear), 'file')} already original")
         for relpath in clear:
@@ -99,8 +103,9 @@ class Protocol:
             for write in writes:
                 if write.writes:
                     checkpoint()
-                    transaction = Transaction(self.journal, write.change)
-                    transactions[write.change.relpath] = transaction
+                    relpath = write.change.relpath
+                    transaction = Transaction(self.journal, write.change, bytecode[relpath])
+                    transactions[relpath] = transaction
                     transaction.write()
             checkpoint()
         except FiPatchError as error:

@@ -28,7 +28,7 @@ from typing import Any
 
 from fi_patcher.errors import StoreProblem, StoreUnreadable, WriteFailed
 from fi_patcher.interrupts import checkpoint
-from fi_patcher.model import Command, FileRecord, Holder, PatchRecord, Pending
+from fi_patcher.model import Bytecode, Command, FileRecord, Holder, PatchRecord, Pending
 from fi_patcher.recognise import sha256_bytes
 
 SCHEMA = 2
@@ -305,12 +305,15 @@ class Transaction:
     """One file's write: backup, journal entry, replace, bytecode. The steps `undo` reverses are
     recorded as they are taken; an error after the replace keeps the backups."""
 
-    def __init__(self, journal: Journal, change: Change) -> None:
+    def __init__(self, journal: Journal, change: Change, bytecode: Bytecode | None = None) -> None:
         self.journal = journal
         self.change = change
+        self.bytecode = bytecode
+        """The new text's bytecode, written where the file had bytecode of its own."""
         self.previous = journal.records.get(change.relpath)
         self.steps: list[str] = []
         self.created: list[str] = []
+        self.cached: Cached | None = None
 
     def write(self) -> None:
         change = self.change
@@ -322,8 +325,12 @@ class Transaction:
                     self.created.append(name)
         self.journal.put(change.relpath, change.staged)
         self.steps.append("journal")
+        self.cached = None if change.absent else Cached.of(change.path)
         atomic_write(change.path, change.after, mode=mode, replaced=self._replaced)
         clear_bytecode(change.path)
+        modes = self.cached.modes if self.cached else {}
+        if self.bytecode is not None and self.bytecode.path in modes:
+            atomic_write(self.bytecode.path, self.bytecode.data, mode=modes[self.bytecode.path])
 
     def _replaced(self) -> None:
         self.steps.append("replace")
@@ -349,7 +356,8 @@ class Transaction:
                     raise self._stranded(exc) from exc
                 # The old bytes are back; only the folder's sync failed, as it did before.
             self.steps.remove("replace")
-            clear_bytecode(change.path)
+            if self.cached is not None:
+                self.cached.put_back(change.path)
         if "journal" in self.steps:
             self.journal.put(change.relpath, self.previous)
         kept = referenced(self.journal.records)
@@ -494,6 +502,42 @@ def clear_temporaries(path: Path) -> list[Path]:
     return removed
 
 
+@dataclasses.dataclass(frozen=True)
+class Cached:
+    """A file's times and cached bytecode before a write, so that undoing the write leaves the
+    bytecode as valid as it was: a timestamp .pyc holds the source's mtime and size."""
+
+    times: tuple[int, int]
+    bytecode: Mapping[Path, bytes]
+    modes: Mapping[Path, int]
+
+    @classmethod
+    def of(cls, source: Path) -> Cached:
+        found = os.stat(source)
+        bytecode, modes = {}, {}
+        for cached in _bytecode_of(source):
+            with contextlib.suppress(OSError):  # unreadable or gone: the interpreter recompiles
+                modes[cached] = stat.S_IMODE(os.stat(cached).st_mode)
+                bytecode[cached] = cached.read_bytes()
+        return cls((found.st_atime_ns, found.st_mtime_ns), bytecode, modes)
+
+    def put_back(self, source: Path) -> None:
+        """After `source`'s old bytes are back: its times, then its bytecode. Bytecode is a
+        cache: what cannot be put back is left for the interpreter to compile again."""
+        try:
+            os.utime(source, ns=self.times)
+            clear_bytecode(source)
+            for cached, data in self.bytecode.items():
+                atomic_write(cached, data, mode=self.modes[cached])
+        except (OSError, WriteFailed):
+            with contextlib.suppress(WriteFailed):
+                clear_bytecode(source)
+
+
+def _bytecode_of(source: Path) -> list[Path]:
+    return sorted((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc"))
+
+
 def clear_bytecode(source: Path) -> list[Path]:
     """Delete the cached bytecode of `source`, whatever its tag, optimisation level or mode.
 
@@ -501,7 +545,7 @@ def clear_bytecode(source: Path) -> list[Path]:
     would keep running the old function.
     """
     removed = []
-    for cached in sorted((source.parent / "__pycache__").glob(f"{source.stem}.*.pyc")):
+    for cached in _bytecode_of(source):
         try:
             cached.unlink()
         except FileNotFoundError:
