@@ -67,6 +67,7 @@ def compile_unchecked(venv: Path) -> None:
     )
 
 
+NOBODY = 65534
 CHECKED_HASH = 0b11
 """The flags of a hash-based .pyc that the interpreter checks against its source (PEP 552)."""
 
@@ -128,6 +129,36 @@ def test_a_file_without_bytecode_gets_none(runner: CliRunner, venv_with: MakeVen
     assert list((path.parent / "__pycache__").glob("cpp_ext.*.pyc")) == []
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert list((path.parent / "__pycache__").glob("cpp_ext.*.pyc")) == []
+
+
+def test_new_bytecode_keeps_the_owner_and_mode_of_the_old(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    """root applying to another user's environment: the .pyc it writes is still that user's."""
+    venv = venv_with("0.7.4")
+    path = target_file(venv)
+    (cached,) = (path.parent / "__pycache__").glob("cpp_ext.*.pyc")
+    replace_bytes(cached, cached.read_bytes())  # a file of this test's own before chown
+    os.chown(cached, NOBODY, NOBODY)
+    cached.chmod(0o640)
+    for command in ("apply", "revert"):
+        assert fi_patch(runner, command, "--venv", venv, "--no-verify").code == ExitCode.OK
+        found = cached.stat()
+        assert (found.st_uid, found.st_gid, found.st_mode & 0o7777) == (NOBODY, NOBODY, 0o640)
+        assert pyc_flags(cached) == CHECKED_HASH
+
+
+def test_a_temporary_bytecode_file_a_killed_run_left_is_cleared(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    """What a kill while the .pyc was being written leaves (atomic_write's temporary name):
+    the next command clears it, as it clears those beside the source."""
+    venv = venv_with("0.7.4")
+    folder = target_file(venv).parent / "__pycache__"
+    left = folder / f".cpp_ext.{sys.implementation.cache_tag}.pyc.k1ll3d.fi-patch-tmp"
+    left.write_bytes(b"half a pyc")
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    assert not left.exists()
 
 
 def test_hardlinked_twin_keeps_the_original_bytes(

@@ -326,11 +326,11 @@ class Transaction:
         self.journal.put(change.relpath, change.staged)
         self.steps.append("journal")
         self.cached = None if change.absent else Cached.of(change.path)
-        atomic_write(change.path, change.after, mode=mode, replaced=self._replaced)
+        # Before the new bytes: no interpreter may find the old text's bytecode beside them.
         clear_bytecode(change.path)
-        modes = self.cached.modes if self.cached else {}
-        if self.bytecode is not None and self.bytecode.path in modes:
-            atomic_write(self.bytecode.path, self.bytecode.data, mode=modes[self.bytecode.path])
+        atomic_write(change.path, change.after, mode=mode, replaced=self._replaced)
+        if self.cached is not None and self.bytecode is not None:
+            self.cached.replace_with(self.bytecode)
 
     def _replaced(self) -> None:
         self.steps.append("replace")
@@ -345,6 +345,8 @@ class Transaction:
         if "replace" in self.steps and change.absent:
             self._remove()
         if "replace" in self.steps:
+            with contextlib.suppress(WriteFailed):  # the new text's, before the old text is back
+                clear_bytecode(change.path)
             mode = stat.S_IMODE(os.stat(change.path).st_mode)
             put_back: list[bool] = []
             try:
@@ -356,8 +358,9 @@ class Transaction:
                     raise self._stranded(exc) from exc
                 # The old bytes are back; only the folder's sync failed, as it did before.
             self.steps.remove("replace")
-            if self.cached is not None:
-                self.cached.put_back(change.path)
+        if self.cached is not None:
+            self.cached.put_back(change.path)
+            self.cached = None
         if "journal" in self.steps:
             self.journal.put(change.relpath, self.previous)
         kept = referenced(self.journal.records)
@@ -440,13 +443,15 @@ def atomic_write(
     *,
     mode: int | None = None,
     replaced: Callable[[], None] | None = None,
+    owner: tuple[int, int] | None = None,
 ) -> None:
     """Write `data` to `path` through a new file in the same folder and `os.replace`.
 
     The result is a new inode: a hardlinked twin (uv links site-packages to its cache) keeps its
     bytes, and a reader sees either the old file or the new one, never half of either.
     `replaced` is called as soon as the new file is in place, before the folder is synced, so
-    that a caller can tell a failure that left the old file from one that did not.
+    that a caller can tell a failure that left the old file from one that did not. The new
+    file gets the old one's owner and group, or `owner` where there is no old one.
     """
     descriptor = -1
     temporary = ""
@@ -461,7 +466,7 @@ def atomic_write(
             os.fsync(handle.fileno())
         if mode is not None:
             os.chmod(temporary, mode)
-        _same_owner(temporary, path)
+        _same_owner(temporary, path, owner)
         os.replace(temporary, path)
         temporary = ""
         if replaced is not None:
@@ -480,22 +485,29 @@ def atomic_write(
                 os.unlink(temporary)
 
 
-def _same_owner(temporary: str, path: Path) -> None:
+def _same_owner(temporary: str, path: Path, owner: tuple[int, int] | None) -> None:
     """The new file gets the owner and group of the one it replaces (root writing another
     user's environment must not leave files that user cannot replace later)."""
     try:
         old = path.stat()
-    except FileNotFoundError:  # a file put back where it was gone: its folder's owner
-        old = path.parent.stat()
+        wanted = (old.st_uid, old.st_gid)
+    except FileNotFoundError:  # a file put back where it was gone: `owner`, or its folder's
+        folder = path.parent.stat()
+        wanted = owner or (folder.st_uid, folder.st_gid)
     new = os.stat(temporary)
-    if (new.st_uid, new.st_gid) != (old.st_uid, old.st_gid):
-        os.chown(temporary, old.st_uid, old.st_gid)
+    if (new.st_uid, new.st_gid) != wanted:
+        os.chown(temporary, *wanted)
 
 
 def clear_temporaries(path: Path) -> list[Path]:
-    """Delete temporary files that a killed fi-patch left beside `path` (see `atomic_write`)."""
+    """Delete temporary files that a killed fi-patch left beside `path` and beside its bytecode
+    (see `atomic_write`)."""
     removed = []
-    for temporary in sorted(path.parent.glob(f".{path.name}.*{TEMPORARY_SUFFIX}")):
+    left = [
+        *path.parent.glob(f".{path.name}.*{TEMPORARY_SUFFIX}"),
+        *(path.parent / "__pycache__").glob(f".{path.stem}.*.pyc.*{TEMPORARY_SUFFIX}"),
+    ]
+    for temporary in sorted(left):
         with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
             removed.append(temporary)
@@ -505,33 +517,46 @@ def clear_temporaries(path: Path) -> list[Path]:
 @dataclasses.dataclass(frozen=True)
 class Cached:
     """A file's times and cached bytecode before a write, so that undoing the write leaves the
-    bytecode as valid as it was: a timestamp .pyc holds the source's mtime and size."""
+    bytecode as valid as it was (a timestamp .pyc holds the source's mtime and size), and the
+    write puts the new text's bytecode where the old text had its own.
+
+    Bytecode is a cache: what cannot be written or put back is left for the interpreter to
+    compile from the source, which is always there. The one thing never left is a .pyc beside
+    a text it was not compiled from: every .pyc is deleted before a source is replaced."""
 
     times: tuple[int, int]
     bytecode: Mapping[Path, bytes]
-    modes: Mapping[Path, int]
+    stats: Mapping[Path, os.stat_result]
 
     @classmethod
     def of(cls, source: Path) -> Cached:
         found = os.stat(source)
-        bytecode, modes = {}, {}
+        bytecode, stats = {}, {}
         for cached in _bytecode_of(source):
             with contextlib.suppress(OSError):  # unreadable or gone: the interpreter recompiles
-                modes[cached] = stat.S_IMODE(os.stat(cached).st_mode)
+                stats[cached] = os.stat(cached)
                 bytecode[cached] = cached.read_bytes()
-        return cls((found.st_atime_ns, found.st_mtime_ns), bytecode, modes)
+        return cls((found.st_atime_ns, found.st_mtime_ns), bytecode, stats)
+
+    def replace_with(self, new: Bytecode) -> None:
+        """Write the new text's bytecode, where the old text had a .pyc for that interpreter."""
+        if new.path in self.stats:
+            self._write(new.path, new.data)
 
     def put_back(self, source: Path) -> None:
-        """After `source`'s old bytes are back: its times, then its bytecode. Bytecode is a
-        cache: what cannot be put back is left for the interpreter to compile again."""
+        """After `source`'s old bytes are back: its times, then its old bytecode."""
         try:
             os.utime(source, ns=self.times)
-            clear_bytecode(source)
-            for cached, data in self.bytecode.items():
-                atomic_write(cached, data, mode=self.modes[cached])
-        except (OSError, WriteFailed):
-            with contextlib.suppress(WriteFailed):
-                clear_bytecode(source)
+        except OSError:
+            return  # a timestamp .pyc would not match it: the interpreter compiles it
+        for cached, data in self.bytecode.items():
+            self._write(cached, data)
+
+    def _write(self, cached: Path, data: bytes) -> None:
+        found = self.stats[cached]
+        owner = (found.st_uid, found.st_gid)
+        with contextlib.suppress(WriteFailed):  # nothing replaced: the interpreter compiles
+            atomic_write(cached, data, mode=stat.S_IMODE(found.st_mode), owner=owner)
 
 
 def _bytecode_of(source: Path) -> list[Path]:

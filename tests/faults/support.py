@@ -204,9 +204,14 @@ def _child(script: str, *arguments: str | Path) -> subprocess.CompletedProcess[s
 
 
 def stale_temporaries(venv: Path) -> list[Path]:
-    """Temporary files fi-patch left beside any file it writes."""
+    """Temporary files fi-patch left beside any file it writes, or beside its bytecode."""
     return sorted(
-        t for p in written_files(venv) for t in p.parent.glob(f".{p.name}.*.fi-patch-tmp")
+        t
+        for p in written_files(venv)
+        for t in (
+            *p.parent.glob(f".{p.name}.*.fi-patch-tmp"),
+            *(p.parent / "__pycache__").glob(f".{p.stem}.*.pyc.*.fi-patch-tmp"),
+        )
     )
 
 
