@@ -326,9 +326,8 @@ class Transaction:
         self.journal.put(change.relpath, change.staged)
         self.steps.append("journal")
         self.cached = None if change.absent else Cached.of(change.path)
-        # Before the new bytes: no interpreter may find the old text's bytecode beside them.
-        clear_bytecode(change.path)
         atomic_write(change.path, change.after, mode=mode, replaced=self._replaced)
+        clear_bytecode(change.path)
         if self.cached is not None and self.bytecode is not None:
             self.cached.replace_with(self.bytecode)
 
@@ -521,8 +520,8 @@ class Cached:
     write puts the new text's bytecode where the old text had its own.
 
     Bytecode is a cache: what cannot be written or put back is left for the interpreter to
-    compile from the source, which is always there. The one thing never left is a .pyc beside
-    a text it was not compiled from: every .pyc is deleted before a source is replaced."""
+    compile from the source, which is always there. An undo deletes the new text's .pyc before
+    the old text is back."""
 
     times: tuple[int, int]
     bytecode: Mapping[Path, bytes]
