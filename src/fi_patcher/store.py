@@ -357,9 +357,8 @@ class Transaction:
                     raise self._stranded(exc) from exc
                 # The old bytes are back; only the folder's sync failed, as it did before.
             self.steps.remove("replace")
-        if self.cached is not None:
-            self.cached.put_back(change.path)
-            self.cached = None
+            if self.cached is not None:
+                self.cached.put_back(change.path)
         if "journal" in self.steps:
             self.journal.put(change.relpath, self.previous)
         kept = referenced(self.journal.records)
@@ -524,22 +523,21 @@ class Cached:
     the old text is back."""
 
     times: tuple[int, int]
-    bytecode: Mapping[Path, bytes]
-    stats: Mapping[Path, os.stat_result]
+    bytecode: Mapping[Path, tuple[os.stat_result, bytes]]
+    """Each .pyc: its owner and mode (in its stat), and its bytes."""
 
     @classmethod
     def of(cls, source: Path) -> Cached:
         found = os.stat(source)
-        bytecode, stats = {}, {}
+        bytecode = {}
         for cached in _bytecode_of(source):
             with contextlib.suppress(OSError):  # unreadable or gone: the interpreter recompiles
-                stats[cached] = os.stat(cached)
-                bytecode[cached] = cached.read_bytes()
-        return cls((found.st_atime_ns, found.st_mtime_ns), bytecode, stats)
+                bytecode[cached] = (os.stat(cached), cached.read_bytes())
+        return cls((found.st_atime_ns, found.st_mtime_ns), bytecode)
 
     def replace_with(self, new: Bytecode) -> None:
         """Write the new text's bytecode, where the old text had a .pyc for that interpreter."""
-        if new.path in self.stats:
+        if new.path in self.bytecode:
             self._write(new.path, new.data)
 
     def put_back(self, source: Path) -> None:
@@ -548,11 +546,11 @@ class Cached:
             os.utime(source, ns=self.times)
         except OSError:
             return  # a timestamp .pyc would not match it: the interpreter compiles it
-        for cached, data in self.bytecode.items():
+        for cached, (_, data) in self.bytecode.items():
             self._write(cached, data)
 
     def _write(self, cached: Path, data: bytes) -> None:
-        found = self.stats[cached]
+        found, _ = self.bytecode[cached]
         owner = (found.st_uid, found.st_gid)
         with contextlib.suppress(WriteFailed):  # nothing replaced: the interpreter compiles
             atomic_write(cached, data, mode=stat.S_IMODE(found.st_mode), owner=owner)
