@@ -34,6 +34,8 @@ from tests.support.releases import (
     GEMM,
     GROUPED,
     INTERLEAVE,
+    MASK,
+    MIN_P,
     MM_FP4,
     MM_FP8,
     MXFP8,
@@ -42,8 +44,10 @@ from tests.support.releases import (
     SILU,
     SILU_EXPERTS,
     TOP_K,
+    TOP_K_RENORM,
     TOP_K_TOP_P,
     TOP_P,
+    TOP_P_RENORM,
     release,
     released_text,
 )
@@ -68,6 +72,10 @@ ENTRY_POINTS = {
     TOP_K: "top_k_sampling_from_probs",
     TOP_K_TOP_P: "top_k_top_p_sampling_from_probs",
     TOP_P: "top_p_sampling_from_probs",
+    MIN_P: "min_p_sampling_from_probs",
+    MASK: "top_k_mask_logits",
+    TOP_K_RENORM: "top_k_renorm_probs",
+    TOP_P_RENORM: "top_p_renorm_probs",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -78,7 +86,18 @@ SAMPLED = (
     "a dynamic batch dimension",
     "a seed tensor with an offset number, an int32 seed, a seed per row of another batch",
 )
+RENORMED = "positional, by keyword, a tensor, bfloat16, a slice of a wider tensor, "
+RENORMED += "a dynamic batch dimension"
 PROVEN = {
+    "min_p_sampling_from_probs": SAMPLED,
+    # top_p_renorm_probs gives float32 whatever the input; the top-k pair keeps the input's
+    # dtype and refuses float64.
+    "top_p_renorm_probs": (
+        RENORMED + ", by its other name, is_deterministic",
+        "it refuses no input before its kernel",
+    ),
+    "top_k_renorm_probs": (RENORMED + ", by its other name", "float64"),
+    "top_k_mask_logits": (RENORMED, "float64"),
     "top_k_sampling_from_probs": SAMPLED,
     "top_p_sampling_from_probs": SAMPLED,
     "top_k_top_p_sampling_from_probs": (
@@ -118,10 +137,12 @@ PROVEN = {
         "float32 scales, a 1-D input",
     ),
 }
-# Forms 0.7.4 adds: out= (0.7.2.post1 on), top_k_max (0.7.4).
+# Forms 0.7.4 adds: out= (0.7.2.post1 on), top_k_max (0.7.4), top_k_renorm_probs'
+# is_deterministic (0.7.1 on).
 NEWER_FORMS = {
     "block_scale_interleave": (", out=", ", out of the wrong size"),
     "top_k_top_p_sampling_from_probs": (", top_k_max", ""),
+    "top_k_renorm_probs": (", is_deterministic", ""),
 }
 
 

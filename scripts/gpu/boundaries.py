@@ -145,6 +145,14 @@ def samplers(torch, f):  # type: ignore[no-untyped-def]
             (probs(32000),),
             lambda p: (f.top_k_sampling_from_probs(p, 50, **given),),
         )
+    if hasattr(f, "min_p_sampling_from_probs"):
+        yield (
+            "min_p_sampling_from_probs",
+            "min_p_sampling_from_probs",
+            (probs(32000),),
+            lambda p: (f.min_p_sampling_from_probs(p, 0.1, **given),),
+        )
+    yield from renorms(torch, f, probs)
     name = "top_k_top_p_sampling_from_probs"
     if hasattr(f, name):
         for vocabulary in (32000, 65536):
@@ -162,6 +170,29 @@ def samplers(torch, f):  # type: ignore[no-untyped-def]
                 f.top_k_top_p_sampling_from_probs(p, 50, 0.9, filter_apply_order="joint", **given),
             ),
         )
+
+
+def renorms(torch, f, probs):  # type: ignore[no-untyped-def]
+    """The renorm samplers on bfloat16 input: top_p_renorm_probs gives float32 (its fake says
+    so), the top-k pair bfloat16; each output used after, so a wrong fake would compile the
+    code after it for the wrong dtype."""
+
+    def half(vocabulary):  # type: ignore[no-untyped-def]
+        made = probs(vocabulary)
+        return lambda: made().to(torch.bfloat16)
+
+    for name, threshold in (
+        ("top_p_renorm_probs", 0.9),
+        ("top_k_renorm_probs", 50),
+        ("top_k_mask_logits", 50),
+    ):
+        if hasattr(f, name):
+            yield (
+                name + " bfloat16",
+                name,
+                (half(32000),),
+                lambda p, n=name, t=threshold: (getattr(f, n)(p, t) * 2,),
+            )
 
 
 def reduce_overhead(torch, f):  # type: ignore[no-untyped-def]

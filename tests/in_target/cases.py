@@ -359,12 +359,59 @@ def _sampling(f):
             seeded,
             ("fi_patch.top_k_sampling_from_probs_uncapturable",),
         ),
+        "min_p_sampling_from_probs with seed and offset tensors, return_valid": Case(
+            lambda p, s, o: f.min_p_sampling_from_probs(
+                p, 0.2, seed=s, offset=o, return_valid=True
+            ),
+            seeded,
+            ("fi_patch.min_p_sampling_from_probs",),
+        ),
+        "min_p_sampling_from_probs, min_p per row, without seed and offset": Case(
+            lambda p: f.min_p_sampling_from_probs(p, torch.full((4,), 0.3)),
+            lambda: [probs()],
+            ("fi_patch.min_p_sampling_from_probs_uncapturable",),
+        ),
+        **_renorms(f, probs),
         "top_k_top_p_sampling_from_probs, joint, indices": Case(
             lambda p, s, o, i: f.top_k_top_p_sampling_from_probs(
                 p, 20, 0.9, indices=i, filter_apply_order="joint", seed=s, offset=o
             ),
             lambda: [*seeded(), torch.tensor([3, 0, 0, 2, 1])],
             joint,
+        ),
+    }
+
+
+def _renorms(f, probs):
+    """The renorm samplers: top_p_renorm_probs gives float32 whatever its input (FlashInfer's own
+    fake said the input's dtype), the top-k pair the input's dtype (from 0.6.0); each output
+    used by the code after it, as a sampler's caller uses it."""
+
+    def half(rows=4, seed=0, dtype=torch.bfloat16):
+        return probs(rows, seed).to(dtype)
+
+    return {
+        "top_p_renorm_probs of bfloat16 probs, scaled after": Case(
+            lambda p: f.top_p_renorm_probs(p, 0.8) * 2,
+            lambda: [half()],
+            ("fi_patch.top_p_renorm_probs",),
+        ),
+        "top_p_renorm_prob (its other name), top_p per row": Case(
+            lambda p: f.sampling.top_p_renorm_prob(p, torch.tensor([0.5, 0.7, 0.9, 0.99])),
+            lambda: [probs()],
+            ("fi_patch.top_p_renorm_probs",),
+        ),
+        "top_k_renorm_probs of float16 probs, a dynamic batch": Case(
+            lambda p: f.top_k_renorm_probs(p, 10) + 0,
+            lambda: [half(6, dtype=torch.float16)],
+            ("fi_patch.top_k_renorm_probs",),
+            mark_dynamic=((0, 0),),
+            again=(lambda: [half(3, seed=1, dtype=torch.float16)],),
+        ),
+        "top_k_mask_logits of bfloat16 logits, then softmax": Case(
+            lambda x: torch.softmax(f.top_k_mask_logits(x, torch.tensor([1, 5, 10, 128])), -1),
+            lambda: [_random(4, 128, seed=2)],
+            ("fi_patch.top_k_mask_logits",),
         ),
     }
 

@@ -234,10 +234,10 @@ def _filtered(probs, top_k=None, top_p=None):
     return p / p.sum(-1, keepdim=True).clamp_min(1e-30)
 
 
-def _sample(probs, samples, valid, indices, top_k, top_p, seeds):
+def _sample(probs, samples, valid, indices, top_k, top_p, seeds, min_p=None):
     rows = samples.shape[0]
     source = probs[indices.long()] if indices is not None else probs[:rows]
-    p = _filtered(source, top_k, top_p)
+    p = _filtered(source, top_k, top_p) if min_p is None else _min_p_filtered(source, min_p)
     u = _uniform(rows, *seeds)
     chosen = (p.cumsum(-1) <= u[:, None]).sum(-1).clamp(max=p.shape[-1] - 1)
     samples.copy_(chosen.to(samples.dtype))
@@ -272,6 +272,33 @@ def _top_k_top_p_sampling(probs, samples, valid, indices, k_arr, k_val, p_arr, p
 def _top_k_renorm_probs(probs, renorm_probs, top_k_arr, top_k_val, *rest):
     top_k = _per_row(top_k_arr, top_k_val, probs.shape[0], torch.int64)
     renorm_probs.copy_(_filtered(probs, top_k).to(renorm_probs.dtype))
+
+
+def _top_p_renorm_probs(probs, renorm_probs, top_p_arr, top_p_val, *rest):
+    top_p = _per_row(top_p_arr, top_p_val, probs.shape[0], torch.float32)
+    renorm_probs.copy_(_filtered(probs, top_p=top_p).to(renorm_probs.dtype))
+
+
+def _top_k_mask_logits(logits, mask_logits, top_k_arr, top_k_val, *rest):
+    """Each row's logits below its k-th largest set to -inf."""
+    k = _per_row(top_k_arr, top_k_val, logits.shape[0], torch.int64).clamp(1, logits.shape[-1])
+    kth = logits.float().sort(-1, descending=True).values.gather(1, (k - 1)[:, None])
+    masked = torch.where(logits.float() >= kth, logits.float(), float("-inf"))
+    mask_logits.copy_(masked.to(mask_logits.dtype))
+
+
+def _min_p_filtered(probs, min_p):
+    """Each row's probabilities of at least min_p times its largest, renormalised."""
+    p = probs.float()
+    keep = p >= min_p[:, None] * p.max(-1, keepdim=True).values
+    p = torch.where(keep, p, torch.zeros_like(p))
+    return p / p.sum(-1, keepdim=True).clamp_min(1e-30)
+
+
+def _min_p_sampling(probs, samples, valid, indices, min_p_arr, min_p_val, det, *seeds):
+    rows = samples.shape[0]
+    min_p = _per_row(min_p_arr, min_p_val, rows, torch.float32)
+    _sample(probs, samples, valid, indices, None, None, _seeds(rows, *seeds), min_p)
 
 
 # --- FP4 and FP8: a deterministic function of the inputs -----------------------------------------
@@ -406,6 +433,9 @@ KERNELS = {
     "top_k_sampling_from_probs": _top_k_sampling,
     "top_k_top_p_sampling_from_probs": _top_k_top_p_sampling,
     "top_k_renorm_probs": _top_k_renorm_probs,
+    "top_p_renorm_probs": _top_p_renorm_probs,
+    "top_k_mask_logits": _top_k_mask_logits,
+    "min_p_sampling_from_probs": _min_p_sampling,
     "fp4_quantize": _fp4_quantize,
     "fp4_batched_quantize": _fp4_batched_quantize,
     "silu_and_mul_scaled_nvfp4_experts_quantize": _experts_quantize,

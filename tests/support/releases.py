@@ -54,17 +54,24 @@ SILU_EXPERTS = "op-silu-and-mul-scaled-nvfp4-experts-quantize"
 TOP_K = "op-top-k-sampling-from-probs"
 TOP_K_TOP_P = "op-top-k-top-p-sampling-from-probs"
 TOP_P = "op-top-p-sampling-from-probs"
-SAMPLERS = (TOP_K, TOP_K_TOP_P, TOP_P)
+MIN_P = "op-min-p-sampling-from-probs"
+SAMPLERS = (MIN_P, TOP_K, TOP_K_TOP_P, TOP_P)
 """The op-boundary patches of the samplers, in flashinfer/sampling.py from 0.6.7."""
+MASK = "op-top-k-mask-logits"
+TOP_K_RENORM = "op-top-k-renorm-probs"
+TOP_P_RENORM = "op-top-p-renorm-probs"
+RENORMS = (MASK, TOP_K_RENORM, TOP_P_RENORM)
+"""The op-boundary patches of the renorm samplers, in flashinfer/sampling.py from 0.6.0."""
 QUANTIZERS = (INTERLEAVE, MXFP8, BATCHED, GROUPED, SILU_EXPERTS)
 """The op-boundary patches of the quantizers: silu_and_mul_scaled_nvfp4_experts_quantize in
 flashinfer/activation.py from 0.6.0; from 0.6.7 mxfp8_quantize in FP8_QUANT and the others in
 FP4."""
-BOUNDARIES = (INTERLEAVE, BMM_FP8, GELU, GELU_TANH, MM_FP4, MM_FP8, MXFP8, BATCHED, GROUPED)
-BOUNDARIES += (SILU, SILU_EXPERTS, *SAMPLERS)
+BOUNDARIES = (INTERLEAVE, BMM_FP8, GELU, GELU_TANH, MIN_P, MM_FP4, MM_FP8, MXFP8, BATCHED)
+BOUNDARIES += (GROUPED, SILU, SILU_EXPERTS, MASK, TOP_K_RENORM, TOP_K, TOP_K_TOP_P, TOP_P_RENORM)
+BOUNDARIES += (TOP_P,)
 """The op-boundary patches, one public entry point each, in registry order: the activations
 (flashinfer/activation.py, from 0.6.0), bmm_fp8 and mm_fp8 (from 0.6.0) and mm_fp4 (from 0.6.7)
-in flashinfer/gemm/gemm_base.py, QUANTIZERS and SAMPLERS."""
+in flashinfer/gemm/gemm_base.py, QUANTIZERS, SAMPLERS and RENORMS."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
@@ -305,6 +312,30 @@ BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
         TOP_P: "0.6.13",
     },
 }
+
+
+# The shapes of the renorm samplers' patches (from 0.6.0) and min_p's (from 0.6.7), by release.
+_RENORM_0_6 = {TOP_P_RENORM: "0.6.0", TOP_K_RENORM: "0.6.0", MASK: "0.6.0"}
+_SAMPLING_0_6_7 = {TOP_P_RENORM: "0.6.7", TOP_K_RENORM: "0.6.0", MASK: "0.6.0", MIN_P: "0.6.7"}
+_SAMPLING_0_6_10 = {TOP_P_RENORM: "0.6.10", TOP_K_RENORM: "0.6.10", MASK: "0.6.10"}
+_SAMPLING_0_7_1 = {TOP_P_RENORM: "0.6.10", TOP_K_RENORM: "0.7.1", MASK: "0.6.10", MIN_P: "0.6.13"}
+RENORM_SHAPES = {
+    "0.6.0": _RENORM_0_6,
+    "0.6.0rc1": _RENORM_0_6,
+    "0.6.7": _SAMPLING_0_6_7,
+    "0.6.8": _SAMPLING_0_6_7,
+    "0.6.10": {**_SAMPLING_0_6_10, MIN_P: "0.6.10"},
+    "0.6.11.post3": {**_SAMPLING_0_6_10, MIN_P: "0.6.10"},
+    "0.6.12": {**_SAMPLING_0_6_10, MIN_P: "0.6.10"},
+    "0.6.18.post1": {**_SAMPLING_0_6_10, MIN_P: "0.6.13"},
+    "0.7.0": {**_SAMPLING_0_6_10, MIN_P: "0.6.13"},
+    "0.7.1": _SAMPLING_0_7_1,
+    "0.7.1rc1": _SAMPLING_0_7_1,
+    "0.7.2rc6": _SAMPLING_0_7_1,
+    "0.7.4": {TOP_P_RENORM: "0.6.10", TOP_K_RENORM: "0.7.4", MASK: "0.7.4", MIN_P: "0.6.13"},
+}
+for _version, _shapes in RENORM_SHAPES.items():
+    BOUNDARY_SHAPES[_version] = {**BOUNDARY_SHAPES[_version], **_shapes}
 
 
 # sha256[:12] of flashinfer/activation.py, flashinfer/gemm/gemm_base.py, FP8_QUANT (None

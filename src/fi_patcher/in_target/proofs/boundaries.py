@@ -34,6 +34,8 @@ def forms(torch, f, name):
         return QUANTIZERS[name](torch, f, fn)
     if name in SAMPLERS:
         return _sampling(torch, f, fn, name)
+    if name in RENORMS:
+        return _renorm(torch, f, fn, name)
     return None, None
 
 
@@ -297,6 +299,7 @@ SAMPLERS = (
     "top_p_sampling_from_probs",
     "top_k_sampling_from_probs",
     "top_k_top_p_sampling_from_probs",
+    "min_p_sampling_from_probs",
 )
 
 
@@ -307,14 +310,16 @@ def _sampling(torch, f, fn, name):
     kernel's values."""
     import inspect
 
-    k, p = name.startswith("top_k"), "top_p" in name
-    # The sampler's own parameters after probs: (top_k,) (top_p,) or (top_k, top_p).
-    numbers = (5,) * k + (0.9,) * p
+    k, p, m = name.startswith("top_k"), "top_p" in name, name.startswith("min_p")
+    # The sampler's own parameters after probs: (top_k,) (top_p,) (min_p,) or (top_k, top_p).
+    numbers = (5,) * k + (0.9,) * p + (0.1,) * m
     named = {}
     if k:
         named["top_k"] = _meta(torch, 4, dtype=torch.int32)
     if p:
         named["top_p"] = _meta(torch, 4, dtype=torch.float32)
+    if m:
+        named["min_p"] = _meta(torch, 4, dtype=torch.float32)
     calls = _sampling_calls(torch, fn, numbers, named, k and p)
     if "top_k_max" in inspect.signature(getattr(f, name)).parameters:
         tensors = tuple(named.values())
@@ -406,6 +411,52 @@ def _sampling_refused(torch, fn, numbers, joint):
     return refused
 
 
+RENORMS = {
+    "top_p_renorm_probs": ("probs", "top_p", 0.9, "float32"),
+    "top_k_renorm_probs": ("probs", "top_k", 5, "int32"),
+    "top_k_mask_logits": ("logits", "top_k", 5, "int32"),
+}
+"""The renorm samplers: the name of their input, of their threshold, a threshold number, and the
+dtype of a threshold tensor."""
+
+
+def _renorm(torch, f, fn, name):
+    """The renorm samplers on meta tensors: the threshold as a number and as a tensor, float32
+    and bfloat16 input (top_p_renorm_probs gives float32 for both; the top-k pair from 0.6.0
+    the input's dtype, and refuses float64), a slice of a wider tensor (its output contiguous),
+    FlashInfer's other name for the function (top_p_renorm_prob, top_k_renorm_prob) where it
+    has one, and is_deterministic where the release has it."""
+    import inspect
+
+    given, threshold, number, dtype = RENORMS[name]
+    tensor = _meta(torch, 4, dtype=getattr(torch, dtype))
+    x, bf16 = _meta(torch, 4, 128), _meta(torch, 4, 128, dtype=torch.bfloat16)
+    calls = [
+        ("positional", lambda x: fn(x, number), (x,), None),
+        ("by keyword, a tensor", lambda x: fn(**{given: x, threshold: tensor}), (x,), None),
+        ("bfloat16", lambda x: fn(x, number), (bf16,), None),
+        (
+            "a slice of a wider tensor",
+            lambda x: fn(x[:, :128], number),
+            (_meta(torch, 4, 256),),
+            None,
+        ),
+        ("a dynamic batch dimension", lambda x: fn(x, number) + 1, (x,), 0),
+    ]
+    other = name[:-1] if name.endswith("_probs") else ""
+    if other and hasattr(f.sampling, other):
+        renamed = ("by its other name", lambda x: getattr(f.sampling, other)(x, number))
+        calls.append((*renamed, (x,), None))
+    if "is_deterministic" in inspect.signature(getattr(f, name)).parameters:
+        deterministic = ("is_deterministic", lambda x: fn(x, number, is_deterministic=True))
+        calls.append((*deterministic, (x,), None))
+    if name == "top_p_renorm_probs":
+        return calls, []
+    return calls, [
+        ("float64", lambda x: fn(x, number), (_meta(torch, 4, 128, dtype=torch.float64),))
+    ]
+
+
 class Reached(Exception):
     """Raised by the stood-in workspace: the eager call got past its output's allocation. It
     carries the output, the local `out` of the GEMM that asked for the workspace."""
@@ -426,7 +477,7 @@ def stand_ins(torch, name):
             "get_fp4_quantization_module": BUILT,
             "get_mxfp8_quantization_sm100_module": BUILT,
         }
-    if name in SAMPLERS:
+    if name in SAMPLERS or name in RENORMS:
         # 0.7.4's row-states buffer asks whether the stream is capturing: a GPU host's answer.
         def row_states(name, device, num_bytes=1024):
             return torch.zeros(num_bytes, dtype=torch.uint8, device=device)
@@ -531,7 +582,11 @@ def prove(ctx):
     ctx.passes(
         "%s traces to one fi_patch op per call (%s), runs as it is eagerly, and its op and the "
         "op's fake give the eager call's shapes, strides, dtypes and errors (%s)"
-        % (name, ", ".join(traced), ", ".join(what for what, _, _ in refused))
+        % (
+            name,
+            ", ".join(traced),
+            ", ".join(what for what, _, _ in refused) or "it refuses no input before its kernel",
+        )
     )
 
 
@@ -635,19 +690,28 @@ def _instead(entry, call):
     """call() with flashinfer's name for the entry point bound to its traced path, the path its
     routing function takes while torch.compile traces it (the call forms look the function up
     there, as a caller's `flashinfer.NAME(...)` does)."""
+    import sys
+
     import flashinfer
 
     if entry.traced is None or entry.routed is None:
         return ("raises", "no traced path")
-    # Every name flashinfer gives it: nvfp4_block_scale_interleave is block_scale_interleave.
-    names = [k for k, v in vars(flashinfer).items() if v is entry.routed]
-    for name in names:
-        setattr(flashinfer, name, entry.traced)
+    # Every name flashinfer and the entry point's module give it: nvfp4_block_scale_interleave
+    # is block_scale_interleave, flashinfer.sampling.top_p_renorm_prob top_p_renorm_probs.
+    module = sys.modules.get(getattr(entry.fn, "__module__", ""), flashinfer)
+    names = [
+        (space, k)
+        for space in {flashinfer, module}
+        for k, v in vars(space).items()
+        if v is entry.routed
+    ]
+    for space, name in names:
+        setattr(space, name, entry.traced)
     try:
         return call()
     finally:
-        for name in names:
-            setattr(flashinfer, name, entry.routed)
+        for space, name in names:
+            setattr(space, name, entry.routed)
 
 
 def _run(fn, arguments, entry_point, standing):
