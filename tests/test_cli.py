@@ -132,11 +132,13 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         # 0.5.0's activations are older texts than the op boundaries cover (0.6.0 on), its
         # GEMMs live in flashinfer/gemm.py, not gemm/gemm_base.py, and its quantizers in
         # flashinfer/fp4_quantization.py and fp8_quantization.py, not flashinfer/quantization/;
-        # its samplers are older texts too (the op boundaries cover 0.6.7 on).
+        # its samplers are older texts too (the op boundaries cover 0.6.7 on, the renorm
+        # samplers 0.6.0 on).
         f"{venv}: op-block-scale-interleave not-applicable",
         f"{venv}: op-bmm-fp8 not-applicable",
         f"{venv}: op-gelu-and-mul not-applicable",
         f"{venv}: op-gelu-tanh-and-mul not-applicable",
+        f"{venv}: op-min-p-sampling-from-probs not-applicable",
         f"{venv}: op-mm-fp4 not-applicable",
         f"{venv}: op-mm-fp8 not-applicable",
         f"{venv}: op-mxfp8-quantize not-applicable",
@@ -144,8 +146,11 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: op-scaled-fp4-grouped-quantize not-applicable",
         f"{venv}: op-silu-and-mul not-applicable",
         f"{venv}: op-silu-and-mul-scaled-nvfp4-experts-quantize not-applicable",
+        f"{venv}: op-top-k-mask-logits not-applicable",
+        f"{venv}: op-top-k-renorm-probs not-applicable",
         f"{venv}: op-top-k-sampling-from-probs not-applicable",
         f"{venv}: op-top-k-top-p-sampling-from-probs not-applicable",
+        f"{venv}: op-top-p-renorm-probs not-applicable",
         f"{venv}: op-top-p-sampling-from-probs not-applicable",
     ]
     # The demo's dry run: what would be applied, and no word of a diff it does not show.

@@ -37,14 +37,18 @@ from tests.support.releases import (
     GROUPED,
     INTERLEAVE,
     LOGGING,
+    MASK,
+    MIN_P,
     MXFP8,
     OP_BOUNDARY,
     RELEASES,
     SAMPLING,
     TARGET,
     TOP_K,
+    TOP_K_RENORM,
     TOP_K_TOP_P,
     TOP_P,
+    TOP_P_RENORM,
     UNDER_COMPILE,
     UNKNOWN_IN,
     UTILS,
@@ -180,8 +184,12 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     ]
     assert [(p["id"], p["shape"]) for p in records[FP8_QUANT]["patches"]] == [(MXFP8, "0.6.12")]
     assert [(p["id"], p["shape"]) for p in records[SAMPLING]["patches"]] == [
+        (MIN_P, "0.6.13"),
+        (MASK, "0.6.10"),
+        (TOP_K_RENORM, "0.6.10"),
         (TOP_K, "0.6.13"),
         (TOP_K_TOP_P, "0.6.14"),
+        (TOP_P_RENORM, "0.6.10"),
         (TOP_P, "0.6.13"),
     ]
     assert [(p["id"], p["shape"]) for p in records[UTILS]["patches"]] == [
