@@ -90,12 +90,9 @@ RENORMED = "positional, by keyword, a tensor, bfloat16, a slice of a wider tenso
 RENORMED += "a dynamic batch dimension"
 PROVEN = {
     "min_p_sampling_from_probs": SAMPLED,
-    # top_p_renorm_probs gives float32 whatever the input; the top-k pair keeps the input's
-    # dtype and refuses float64.
-    "top_p_renorm_probs": (
-        RENORMED + ", by its other name, is_deterministic",
-        "it refuses no input before its kernel",
-    ),
+    # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
+    # first; the top-k pair keeps the input's dtype and refuses float64.
+    "top_p_renorm_probs": (RENORMED + ", by its other name, is_deterministic", "1-D probs"),
     "top_k_renorm_probs": (RENORMED + ", by its other name", "float64"),
     "top_k_mask_logits": (RENORMED, "float64"),
     "top_k_sampling_from_probs": SAMPLED,
@@ -293,6 +290,7 @@ q = torch.empty(2, 64, 128, dtype=torch.bfloat16, device="meta")
 qs = torch.empty(1, device="meta")
 p = torch.empty(4, 128, device="meta")
 t = torch.empty(4, device="meta")
+k = torch.empty(4, dtype=torch.int32, device="meta")
 generator = torch.Generator()
 print(json.dumps({
     "ready": {name: e.ready for name, e in sorted(utils._fi_patch_boundaries.items())},
@@ -325,6 +323,9 @@ print(json.dumps({
         lambda q: flashinfer.nvfp4_batched_quantize(q, qs, nvfp4_4over6=None), q
     ),
     "sampler schema": str(torch.ops.fi_patch.top_k_top_p_sampling_from_probs.default._schema),
+    "min_p schema": str(torch.ops.fi_patch.min_p_sampling_from_probs.default._schema),
+    "renorm schema": str(torch.ops.fi_patch.top_p_renorm_probs.default._schema),
+    "renormed": graph(lambda p: flashinfer.sampling.top_k_renorm_prob(p, k), p),
     "samples": graph(lambda p: flashinfer.top_k_sampling_from_probs(p, 5, seed=1, offset=0), p),
     "samples and valid": graph(
         lambda p: flashinfer.top_p_sampling_from_probs(p, t, return_valid=True), p
@@ -443,6 +444,18 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         + (", SymInt? top_k_max" if version == "0.7.4" else "")
         + ") -> (Tensor, Tensor)"
     )
+    assert seen["min_p schema"] == (
+        "fi_patch::min_p_sampling_from_probs(Tensor probs, Tensor? min_p, float? min_p_number, "
+        "Tensor? indices, bool deterministic, bool check_nan, Tensor? seed, SymInt? seed_number, "
+        "Tensor? offset, SymInt? offset_number) -> (Tensor, Tensor)"
+    )
+    # The renorm samplers return one tensor; the threshold is two parameters, as the samplers'.
+    assert seen["renorm schema"] == (
+        "fi_patch::top_p_renorm_probs(Tensor probs, Tensor? top_p, float? top_p_number, "
+        "bool is_deterministic) -> Tensor"
+    )
+    # FlashInfer's other name for the function is the routing function too.
+    assert seen["renormed"] == ["fi_patch.top_k_renorm_probs"]
     getitem = "<built-in function getitem>"
     assert seen["samples"] == ["fi_patch.top_k_sampling_from_probs", getitem]
     # Without seed and offset the body reads the device's generator on the host, which a CUDA

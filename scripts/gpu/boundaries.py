@@ -8,7 +8,8 @@ Run it with the target environment's own python, after `fi-patch apply` there:
 
 (`make gpu-check TARGET=/root/ml-env` runs it after the other GPU scripts.) For each entry point
 an op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantizers, the samplers
-with seed and offset given), called without and with `out=` where it takes it, it compares
+with seed and offset given, the renorm samplers on bfloat16 input), called without and with
+`out=` where it takes it, it compares
 `torch.compile(fullgraph=True)` (the default backend, Inductor) with the eager call, bit for bit;
 then captures the compiled function in a CUDA graph, replays it on new input, and compares again.
 The samplers also compile with mode="reduce-overhead" (Inductor's own CUDA graphs): with seed and
@@ -175,7 +176,13 @@ def samplers(torch, f):  # type: ignore[no-untyped-def]
 def renorms(torch, f, probs):  # type: ignore[no-untyped-def]
     """The renorm samplers on bfloat16 input: top_p_renorm_probs gives float32 (its fake says
     so), the top-k pair bfloat16; each output used after, so a wrong fake would compile the
-    code after it for the wrong dtype."""
+    code after it for the wrong dtype. is_deterministic where the release has it: its default's
+    float histogram may break ties one way eagerly and another compiled."""
+    import inspect
+
+    def deterministic(name):  # type: ignore[no-untyped-def]
+        parameters = inspect.signature(getattr(f, name)).parameters
+        return {"is_deterministic": True} if "is_deterministic" in parameters else {}
 
     def half(vocabulary):  # type: ignore[no-untyped-def]
         made = probs(vocabulary)
@@ -187,11 +194,12 @@ def renorms(torch, f, probs):  # type: ignore[no-untyped-def]
         ("top_k_mask_logits", 50),
     ):
         if hasattr(f, name):
+            given = deterministic(name)
             yield (
                 name + " bfloat16",
                 name,
                 (half(32000),),
-                lambda p, n=name, t=threshold: (getattr(f, n)(p, t) * 2,),
+                lambda p, n=name, t=threshold, d=given: (getattr(f, n)(p, t, **d) * 2,),
             )
 
 

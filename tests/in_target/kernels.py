@@ -282,8 +282,9 @@ def _top_p_renorm_probs(probs, renorm_probs, top_p_arr, top_p_val, *rest):
 def _top_k_mask_logits(logits, mask_logits, top_k_arr, top_k_val, *rest):
     """Each row's logits below its k-th largest set to -inf."""
     k = _per_row(top_k_arr, top_k_val, logits.shape[0], torch.int64).clamp(1, logits.shape[-1])
-    kth = logits.float().sort(-1, descending=True).values.gather(1, (k - 1)[:, None])
-    masked = torch.where(logits.float() >= kth, logits.float(), float("-inf"))
+    values = logits.float()
+    kth = values.sort(-1, descending=True).values.gather(1, (k - 1)[:, None])
+    masked = torch.where(values >= kth, values, float("-inf"))
     mask_logits.copy_(masked.to(mask_logits.dtype))
 
 

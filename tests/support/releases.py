@@ -55,23 +55,38 @@ TOP_K = "op-top-k-sampling-from-probs"
 TOP_K_TOP_P = "op-top-k-top-p-sampling-from-probs"
 TOP_P = "op-top-p-sampling-from-probs"
 MIN_P = "op-min-p-sampling-from-probs"
-SAMPLERS = (MIN_P, TOP_K, TOP_K_TOP_P, TOP_P)
-"""The op-boundary patches of the samplers, in flashinfer/sampling.py from 0.6.7."""
 MASK = "op-top-k-mask-logits"
 TOP_K_RENORM = "op-top-k-renorm-probs"
 TOP_P_RENORM = "op-top-p-renorm-probs"
-RENORMS = (MASK, TOP_K_RENORM, TOP_P_RENORM)
-"""The op-boundary patches of the renorm samplers, in flashinfer/sampling.py from 0.6.0."""
 QUANTIZERS = (INTERLEAVE, MXFP8, BATCHED, GROUPED, SILU_EXPERTS)
 """The op-boundary patches of the quantizers: silu_and_mul_scaled_nvfp4_experts_quantize in
 flashinfer/activation.py from 0.6.0; from 0.6.7 mxfp8_quantize in FP8_QUANT and the others in
 FP4."""
-BOUNDARIES = (INTERLEAVE, BMM_FP8, GELU, GELU_TANH, MIN_P, MM_FP4, MM_FP8, MXFP8, BATCHED)
-BOUNDARIES += (GROUPED, SILU, SILU_EXPERTS, MASK, TOP_K_RENORM, TOP_K, TOP_K_TOP_P, TOP_P_RENORM)
-BOUNDARIES += (TOP_P,)
+BOUNDARIES = (
+    INTERLEAVE,
+    BMM_FP8,
+    GELU,
+    GELU_TANH,
+    MIN_P,
+    MM_FP4,
+    MM_FP8,
+    MXFP8,
+    BATCHED,
+    GROUPED,
+    SILU,
+    SILU_EXPERTS,
+    MASK,
+    TOP_K_RENORM,
+    TOP_K,
+    TOP_K_TOP_P,
+    TOP_P_RENORM,
+    TOP_P,
+)
 """The op-boundary patches, one public entry point each, in registry order: the activations
 (flashinfer/activation.py, from 0.6.0), bmm_fp8 and mm_fp8 (from 0.6.0) and mm_fp4 (from 0.6.7)
-in flashinfer/gemm/gemm_base.py, QUANTIZERS, SAMPLERS and RENORMS."""
+in flashinfer/gemm/gemm_base.py, QUANTIZERS, and in flashinfer/sampling.py the samplers (MIN_P,
+TOP_K, TOP_K_TOP_P, TOP_P, from 0.6.7) and the renorm samplers (MASK, TOP_K_RENORM,
+TOP_P_RENORM, from 0.6.0)."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
@@ -314,25 +329,26 @@ BOUNDARY_SHAPES: dict[str, dict[str, str]] = {
 }
 
 
-# The shapes of the renorm samplers' patches (from 0.6.0) and min_p's (from 0.6.7), by release.
-_RENORM_0_6 = {TOP_P_RENORM: "0.6.0", TOP_K_RENORM: "0.6.0", MASK: "0.6.0"}
-_SAMPLING_0_6_7 = {TOP_P_RENORM: "0.6.7", TOP_K_RENORM: "0.6.0", MASK: "0.6.0", MIN_P: "0.6.7"}
-_SAMPLING_0_6_10 = {TOP_P_RENORM: "0.6.10", TOP_K_RENORM: "0.6.10", MASK: "0.6.10"}
-_SAMPLING_0_7_1 = {TOP_P_RENORM: "0.6.10", TOP_K_RENORM: "0.7.1", MASK: "0.6.10", MIN_P: "0.6.13"}
+# The shapes of the renorm samplers' patches (from 0.6.0) and min_p's (from 0.6.7), by release:
+# (top_p_renorm_probs, top_k_renorm_probs, top_k_mask_logits, min_p_sampling_from_probs).
+_SAMPLING = (TOP_P_RENORM, TOP_K_RENORM, MASK, MIN_P)
 RENORM_SHAPES = {
-    "0.6.0": _RENORM_0_6,
-    "0.6.0rc1": _RENORM_0_6,
-    "0.6.7": _SAMPLING_0_6_7,
-    "0.6.8": _SAMPLING_0_6_7,
-    "0.6.10": {**_SAMPLING_0_6_10, MIN_P: "0.6.10"},
-    "0.6.11.post3": {**_SAMPLING_0_6_10, MIN_P: "0.6.10"},
-    "0.6.12": {**_SAMPLING_0_6_10, MIN_P: "0.6.10"},
-    "0.6.18.post1": {**_SAMPLING_0_6_10, MIN_P: "0.6.13"},
-    "0.7.0": {**_SAMPLING_0_6_10, MIN_P: "0.6.13"},
-    "0.7.1": _SAMPLING_0_7_1,
-    "0.7.1rc1": _SAMPLING_0_7_1,
-    "0.7.2rc6": _SAMPLING_0_7_1,
-    "0.7.4": {TOP_P_RENORM: "0.6.10", TOP_K_RENORM: "0.7.4", MASK: "0.7.4", MIN_P: "0.6.13"},
+    version: {p: s for p, s in zip(_SAMPLING, shapes, strict=True) if s}
+    for version, shapes in {
+        "0.6.0": ("0.6.0", "0.6.0", "0.6.0", None),
+        "0.6.0rc1": ("0.6.0", "0.6.0", "0.6.0", None),
+        "0.6.7": ("0.6.7", "0.6.0", "0.6.0", "0.6.7"),
+        "0.6.8": ("0.6.7", "0.6.0", "0.6.0", "0.6.7"),
+        "0.6.10": ("0.6.10", "0.6.10", "0.6.10", "0.6.10"),
+        "0.6.11.post3": ("0.6.10", "0.6.10", "0.6.10", "0.6.10"),
+        "0.6.12": ("0.6.10", "0.6.10", "0.6.10", "0.6.10"),
+        "0.6.18.post1": ("0.6.10", "0.6.10", "0.6.10", "0.6.13"),
+        "0.7.0": ("0.6.10", "0.6.10", "0.6.10", "0.6.13"),
+        "0.7.1": ("0.6.10", "0.7.1", "0.6.10", "0.6.13"),
+        "0.7.1rc1": ("0.6.10", "0.7.1", "0.6.10", "0.6.13"),
+        "0.7.2rc6": ("0.6.10", "0.7.1", "0.6.10", "0.6.13"),
+        "0.7.4": ("0.6.10", "0.7.4", "0.7.4", "0.6.13"),
+    }.items()
 }
 for _version, _shapes in RENORM_SHAPES.items():
     BOUNDARY_SHAPES[_version] = {**BOUNDARY_SHAPES[_version], **_shapes}

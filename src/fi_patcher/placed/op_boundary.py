@@ -825,12 +825,11 @@ def _fi_patch_fake_block_scale_interleave(
 # min_p_sampling_from_probs: as the sampling module's functions allocate them
 # (flashinfer/sampling.py, get_sampling_module), one sample per row (of indices where given, else
 # of probs), indices' dtype or int32, and one bool per row, whether that row's sample is valid;
-# both contiguous, on probs' device. The ValueErrors
-# first: an unknown filter_apply_order; and where seed and offset are both given,
-# _validate_and_convert_seed_offset's (both tensors or both numbers; a tensor on probs' device,
-# int64 or uint64, 1-D, of one value or one per row). The same in every release with the rule
-# "allocated" (0.6.7 on). The top-k-first fast path (0.6.14 on, a vocabulary of 65536 or more)
-# gives the same outputs.
+# both contiguous, on probs' device. The ValueErrors first: an unknown filter_apply_order; and
+# where seed and offset are both given, _validate_and_convert_seed_offset's (both tensors or both
+# numbers; a tensor on probs' device, int64 or uint64, 1-D, of one value or one per row). The
+# same in every release with the rule "allocated" (0.6.7 on). The top-k-first fast path (0.6.14
+# on, a vocabulary of 65536 or more) gives the same outputs.
 def _fi_patch_fake_sampling(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
     probs, indices = values["probs"], values["indices"]
     order = values.get("filter_apply_order", "top_k_first")
@@ -863,13 +862,16 @@ def _fi_patch_sampling_seed(what: "str", given: "Any", device: "Any", rows: "Any
 # (or the masked logits) as the sampling module's functions allocate them (flashinfer/sampling.py,
 # get_sampling_module): torch.empty_like of the input after its conversion, so of its shape, and
 # of its strides where it is dense. The rule is that conversion: "float32" (the input converted
-# with .float() first: top_p_renorm_probs in every release, FlashInfer's own fake giving the
-# input's dtype) or "input-dtype" (top_k_renorm_probs and top_k_mask_logits from 0.6.0: the
-# input as it is, and AssertionError for a dtype other than float32, float16 or bfloat16).
-# The kernel's own checks run in the op.
+# with .float() first: top_p_renorm_probs 0.6.0 to 0.6.6, FlashInfer's own fake giving the
+# input's dtype), "workspace" (the same, from 0.6.7, after the workspace's size is taken from
+# probs.size(1): IndexError for a 1-D input) or "input-dtype" (top_k_renorm_probs and
+# top_k_mask_logits from 0.6.0: the input as it is, and AssertionError for a dtype other than
+# float32, float16 or bfloat16). The kernel's own checks run in the op.
 def _fi_patch_fake_renorm(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
     given = values["probs"] if "probs" in values else values["logits"]
-    if rule == "float32":
+    if rule == "workspace":
+        given.size(1)
+    if rule in ("float32", "workspace"):
         return torch.empty_like(given, dtype=torch.float32)
     assert given.dtype in (torch.float32, torch.float16, torch.bfloat16), (
         "Unsupported dtype %s, expected float32, float16, or bfloat16" % given.dtype
@@ -893,7 +895,7 @@ _fi_patch_boundary_rules = {
     "nvfp4_silu_experts": ("allocated",),
     "block_scale_interleave": ("allocated",),
     "sampling": ("allocated",),
-    "renorm": ("float32", "input-dtype"),
+    "renorm": ("float32", "workspace", "input-dtype"),
 }
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {

@@ -22,7 +22,8 @@
 def forms(torch, f, name):
     """How the entry point is called: (what, a function of tensors, the tensors, the dimension
     marked dynamic or None), and the inputs it refuses: (what, the same). Each entry point's
-    forms are its own function, in FORMS (the quantizers' in QUANTIZERS)."""
+    forms are its own function, in FORMS (the quantizers' in QUANTIZERS; the samplers' made by
+    _sampling, the renorm samplers' by _renorm)."""
 
     def fn(*args, **kwargs):
         # Looked up at each call, as a caller's `flashinfer.NAME(...)` is.
@@ -284,7 +285,7 @@ FORMS = {
     "mm_fp8": _mm_fp8,
 }
 """Each entry point's call forms, by name (the quantizers' are in QUANTIZERS, the samplers'
-made by _sampling)."""
+made by _sampling, the renorm samplers' (RENORMS) by _renorm)."""
 
 QUANTIZERS = {
     "mxfp8_quantize": _mxfp8_quantize,
@@ -422,8 +423,9 @@ dtype of a threshold tensor."""
 
 def _renorm(torch, f, fn, name):
     """The renorm samplers on meta tensors: the threshold as a number and as a tensor, float32
-    and bfloat16 input (top_p_renorm_probs gives float32 for both; the top-k pair from 0.6.0
-    the input's dtype, and refuses float64), a slice of a wider tensor (its output contiguous),
+    and bfloat16 input (top_p_renorm_probs gives float32 for both, and from 0.6.7 refuses 1-D
+    probs; the top-k pair the input's dtype, and refuses float64), a slice of a wider tensor (its
+    output contiguous),
     FlashInfer's other name for the function (top_p_renorm_prob, top_k_renorm_prob) where it
     has one, and is_deterministic where the release has it."""
     import inspect
@@ -450,11 +452,13 @@ def _renorm(torch, f, fn, name):
     if "is_deterministic" in inspect.signature(getattr(f, name)).parameters:
         deterministic = ("is_deterministic", lambda x: fn(x, number, is_deterministic=True))
         calls.append((*deterministic, (x,), None))
-    if name == "top_p_renorm_probs":
-        return calls, []
-    return calls, [
-        ("float64", lambda x: fn(x, number), (_meta(torch, 4, 128, dtype=torch.float64),))
-    ]
+    if name != "top_p_renorm_probs":
+        wide = _meta(torch, 4, 128, dtype=torch.float64)
+        return calls, [("float64", lambda x: fn(x, number), (wide,))]
+    # From 0.6.7 the workspace's size is read from probs' second dimension first.
+    if "is_deterministic" in inspect.signature(getattr(f, name)).parameters:
+        return calls, [("1-D probs", lambda x: fn(x, number), (_meta(torch, 128),))]
+    return calls, []
 
 
 class Reached(Exception):
@@ -697,7 +701,7 @@ def _instead(entry, call):
     if entry.traced is None or entry.routed is None:
         return ("raises", "no traced path")
     # Every name flashinfer and the entry point's module give it: nvfp4_block_scale_interleave
-    # is block_scale_interleave, flashinfer.sampling.top_p_renorm_prob top_p_renorm_probs.
+    # is block_scale_interleave, flashinfer.sampling.top_p_renorm_prob is top_p_renorm_probs.
     module = sys.modules.get(getattr(entry.fn, "__module__", ""), flashinfer)
     names = [
         (space, k)
