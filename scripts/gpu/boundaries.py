@@ -209,10 +209,14 @@ def reduce_overhead(torch, f):  # type: ignore[no-untyped-def]
     seed = torch.tensor([1234], dtype=torch.int64, device="cuda")
     offset = torch.tensor([0], dtype=torch.int64, device="cuda")
     makers = (lambda: torch.randn(64, 32000, device="cuda").softmax(-1),)
-    for name in ("top_p_sampling_from_probs", "top_k_top_p_sampling_from_probs"):
+    thresholds = {
+        "top_p_sampling_from_probs": (0.9,),
+        "top_k_top_p_sampling_from_probs": (50, 0.9),
+        "min_p_sampling_from_probs": (0.1,),
+    }
+    for name, given in thresholds.items():
         if not hasattr(f, name):
             continue
-        given = (0.9,) if name == "top_p_sampling_from_probs" else (50, 0.9)
         sampler = getattr(f, name)
         yield (
             name + " with seed and offset tensors",
