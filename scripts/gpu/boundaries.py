@@ -115,6 +115,15 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
     yield from samplers(torch, f)
 
 
+THRESHOLDS = {
+    "top_p_sampling_from_probs": (0.9,),
+    "top_k_sampling_from_probs": (50,),
+    "top_k_top_p_sampling_from_probs": (50, 0.9),
+    "min_p_sampling_from_probs": (0.1,),
+}
+"""Each sampler's own parameters after probs, as its cases and reduce_overhead's pass them."""
+
+
 def samplers(torch, f):  # type: ignore[no-untyped-def]
     """The samplers' cases, with seed and offset given as tensors: the same random stream eager,
     compiled and replayed, so the samples compare bit for bit. A vocabulary of 65536 takes
@@ -126,33 +135,27 @@ def samplers(torch, f):  # type: ignore[no-untyped-def]
     def probs(vocabulary):  # type: ignore[no-untyped-def]
         return lambda: torch.randn(64, vocabulary, device="cuda").softmax(-1)
 
-    if hasattr(f, "top_p_sampling_from_probs"):
+    for name in (
+        "top_p_sampling_from_probs",
+        "top_k_sampling_from_probs",
+        "min_p_sampling_from_probs",
+    ):
+        if not hasattr(f, name):
+            continue
+        sampler, numbers = getattr(f, name), THRESHOLDS[name]
         yield (
-            "top_p_sampling_from_probs",
-            "top_p_sampling_from_probs",
+            name,
+            name,
             (probs(32000),),
-            lambda p: (f.top_p_sampling_from_probs(p, 0.9, **given),),
+            lambda p, s=sampler, g=numbers: (s(p, *g, **given),),
         )
-        yield (
-            "top_p_sampling_from_probs return_valid",
-            "top_p_sampling_from_probs",
-            (probs(32000),),
-            lambda p: f.top_p_sampling_from_probs(p, 0.9, return_valid=True, **given),
-        )
-    if hasattr(f, "top_k_sampling_from_probs"):
-        yield (
-            "top_k_sampling_from_probs",
-            "top_k_sampling_from_probs",
-            (probs(32000),),
-            lambda p: (f.top_k_sampling_from_probs(p, 50, **given),),
-        )
-    if hasattr(f, "min_p_sampling_from_probs"):
-        yield (
-            "min_p_sampling_from_probs",
-            "min_p_sampling_from_probs",
-            (probs(32000),),
-            lambda p: (f.min_p_sampling_from_probs(p, 0.1, **given),),
-        )
+        if name == "top_p_sampling_from_probs":
+            yield (
+                name + " return_valid",
+                name,
+                (probs(32000),),
+                lambda p, s=sampler, g=numbers: s(p, *g, return_valid=True, **given),
+            )
     yield from renorms(torch, f, probs)
     name = "top_k_top_p_sampling_from_probs"
     if hasattr(f, name):
@@ -209,15 +212,14 @@ def reduce_overhead(torch, f):  # type: ignore[no-untyped-def]
     seed = torch.tensor([1234], dtype=torch.int64, device="cuda")
     offset = torch.tensor([0], dtype=torch.int64, device="cuda")
     makers = (lambda: torch.randn(64, 32000, device="cuda").softmax(-1),)
-    thresholds = {
-        "top_p_sampling_from_probs": (0.9,),
-        "top_k_top_p_sampling_from_probs": (50, 0.9),
-        "min_p_sampling_from_probs": (0.1,),
-    }
-    for name, given in thresholds.items():
+    for name in (
+        "top_p_sampling_from_probs",
+        "top_k_top_p_sampling_from_probs",
+        "min_p_sampling_from_probs",
+    ):
         if not hasattr(f, name):
             continue
-        sampler = getattr(f, name)
+        sampler, given = getattr(f, name), THRESHOLDS[name]
         yield (
             name + " with seed and offset tensors",
             name,

@@ -425,9 +425,8 @@ def _renorm(torch, f, fn, name):
     """The renorm samplers on meta tensors: the threshold as a number and as a tensor, float32
     and bfloat16 input (top_p_renorm_probs gives float32 for both, and from 0.6.7 refuses 1-D
     probs; the top-k pair the input's dtype, and refuses float64), a slice of a wider tensor (its
-    output contiguous),
-    FlashInfer's other name for the function (top_p_renorm_prob, top_k_renorm_prob) where it
-    has one, and is_deterministic where the release has it."""
+    output contiguous), FlashInfer's other name for the function (top_p_renorm_prob,
+    top_k_renorm_prob) where it has one, and is_deterministic where the release has it."""
     import inspect
 
     given, threshold, number, dtype = RENORMS[name]
@@ -449,14 +448,16 @@ def _renorm(torch, f, fn, name):
     if other and hasattr(f.sampling, other):
         renamed = ("by its other name", lambda x: getattr(f.sampling, other)(x, number))
         calls.append((*renamed, (x,), None))
-    if "is_deterministic" in inspect.signature(getattr(f, name)).parameters:
-        deterministic = ("is_deterministic", lambda x: fn(x, number, is_deterministic=True))
-        calls.append((*deterministic, (x,), None))
+    deterministic = "is_deterministic" in inspect.signature(getattr(f, name)).parameters
+    if deterministic:
+        forced = ("is_deterministic", lambda x: fn(x, number, is_deterministic=True))
+        calls.append((*forced, (x,), None))
     if name != "top_p_renorm_probs":
         wide = _meta(torch, 4, 128, dtype=torch.float64)
         return calls, [("float64", lambda x: fn(x, number), (wide,))]
-    # From 0.6.7 the workspace's size is read from probs' second dimension first.
-    if "is_deterministic" in inspect.signature(getattr(f, name)).parameters:
+    # From 0.6.7 (where is_deterministic came) the workspace's size is read from probs' second
+    # dimension first.
+    if deterministic:
         return calls, [("1-D probs", lambda x: fn(x, number), (_meta(torch, 128),))]
     return calls, []
 
