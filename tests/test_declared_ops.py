@@ -143,6 +143,13 @@ print(json.dumps({
 }))
 """
 
+# rmsnorm_quant's op, its scale (Union[float, Tensor]) split in two.
+SPLIT = """
+import json, flashinfer.utils
+entry = flashinfer.utils._fi_patch_declared["flashinfer::rmsnorm_quant"]
+print(json.dumps({"ready": entry.ready, "schema": str(entry.op.default._schema)}))
+"""
+
 
 def in_target(venv: Path, code: str) -> dict[str, object]:
     completed = subprocess.run(
@@ -187,9 +194,15 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     assert all(left.values()), custom
     old = version == "0.2.0.post1"
     if not old:
-        # rmsnorm_quant's scale is Union[float, Tensor], which no op schema holds.
-        assert "typed typing.Union[float, torch.Tensor]" in left["flashinfer::rmsnorm_quant"]
-        assert "rmsnorm_quant (flashinfer::rmsnorm_quant" in summary
+        # The quantising norms trace to one op each, with a float scale and (0.6.7 on, where it
+        # is Union[float, Tensor], split in two) with a tensor one.
+        assert "rmsnorm_quant, fused_add_rmsnorm_quant," in summary, summary
+        assert not {"flashinfer::rmsnorm_quant", "flashinfer::fused_add_rmsnorm_quant"} & set(left)
+        assert in_target(venv, SPLIT) == {
+            "ready": True,
+            "schema": "fi_patch_declared::rmsnorm_quant(Tensor(a0!) out, Tensor input, "
+            "Tensor weight, Tensor? scale, float? scale_number, float eps, bool? enable_pdl) -> ()",
+        }
     # FlashInfer's fake for the cos/sin-cache rope lacks `interleave` (0.2.0.post1's, with two
     # caches, has it): fi-patch's stands in.
     assert old or (
@@ -213,8 +226,8 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         verified = fi_patch(runner, "check", "--venv", venv, *BOTH, "--verify", "-v")
         assert verified.code == ExitCode.OK, verified.stdout
         assert (
-            "flashinfer::rmsnorm_quant left as it is: torch cannot make it an op: parameter "
-            "scale is typed typing.Union[float, torch.Tensor]" in verified.text
+            "flashinfer::layernorm left as it is: fi-patch has not checked its mutates_args "
+            "against the kernel" in verified.text
         )
 
     reverted = fi_patch(runner, "revert", "--venv", venv)

@@ -6,12 +6,13 @@ Run it with the target environment's own python, after `fi-patch apply` there:
     /root/ml-env/bin/python scripts/gpu/declared_ops.py --out declared-gpu.json
 
 (`make gpu-check TARGET=/root/ml-env` runs it after scripts/gpu/fp4_compiled.py.) For each entry
-point that declared-ops-custom and declared-ops-fake make an op (norms, rope in place, the
-cascade merges, the paged-KV append, packbits) it compares `torch.compile(fullgraph=True)` (the
-default backend, Inductor, which trusts the ops' mutates_args) with the eager call, bit for bit,
-outputs and the tensors written in place; then captures the compiled function in a CUDA graph,
-replays it on new input, and compares again. An entry point the release does not have, or whose
-declaration fi-patch left as it is, is named and not checked. One line per case; JSON with --out.
+point that declared-ops-custom and declared-ops-fake make an op (norms, the quantising norms with
+a tensor scale, rope in place, the cascade merges, the paged-KV append, packbits) it compares
+`torch.compile(fullgraph=True)` (the default backend, Inductor, which trusts the ops'
+mutates_args) with the eager call, bit for bit, outputs and the tensors written in place; then
+captures the compiled function in a CUDA graph, replays it on new input, and compares again. An
+entry point the release does not have, or whose declaration fi-patch left as it is, is named and
+not checked. One line per case; JSON with --out.
 
 Exit status: 0 every case equal, 1 a case differs or fails, 77 no CUDA device (nothing checked;
 CI never runs this script).
@@ -59,6 +60,14 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
 
         return run
 
+    def quantised(fn):  # type: ignore[no-untyped-def]
+        # out (float8) and, for fused_add_rmsnorm_quant, residual: what the kernel writes.
+        def run(o, *rest):  # type: ignore[no-untyped-def]
+            fn(o, *rest)
+            return (o, rest[1]) if len(rest) == 4 else (o,)
+
+        return run
+
     def merge_in_place(v, s, vo, so):  # type: ignore[no-untyped-def]
         f.merge_state_in_place(v, s, vo, so)
         return v, s
@@ -88,6 +97,24 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
         "gemma_fused_add_rmsnorm",
         (x, x, w),
         norm_in_place(lambda *a: f.gemma_fused_add_rmsnorm(*a)),
+    )
+    # The scale as SGLang and vLLM pass it, a float32 tensor of one value (0.6.7 on: the op takes
+    # Union[float, Tensor] as two parameters).
+    o, scale = (
+        (lambda: torch.empty(128, 4096, dtype=torch.float8_e4m3fn, device="cuda")),
+        (lambda: torch.tensor([0.5], device="cuda")),
+    )
+    yield (
+        "rmsnorm_quant",
+        "rmsnorm_quant",
+        (o, x, w, scale),
+        quantised(lambda *a: f.rmsnorm_quant(*a)),
+    )
+    yield (
+        "fused_add_rmsnorm_quant",
+        "fused_add_rmsnorm_quant",
+        (o, x, x, w, scale),
+        quantised(lambda *a: f.fused_add_rmsnorm_quant(*a)),
     )
     yield (
         "apply_rope_inplace",

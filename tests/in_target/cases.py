@@ -189,6 +189,44 @@ def _norms(f):
             mark_dynamic=((0, 0), (1, 0)),
             again=(lambda: [_random(9, 64, seed=3), _random(9, 64, seed=4), _random(64, seed=5)],),
         )
+    cases.update(_quantising_norms(f))
+    return cases
+
+
+def _quantising_norms(f):
+    """rmsnorm_quant and fused_add_rmsnorm_quant, writing float8 into out (and the sum into
+    residual): with a float scale, and, where the release takes one (0.6.7 on, the op's scale
+    split in two), a tensor scale, as SGLang and vLLM pass it, over a dynamic batch."""
+    fp8 = torch.float8_e4m3fn
+    cases = {}
+    for name, residual in (("rmsnorm_quant", False), ("fused_add_rmsnorm_quant", True)):
+        fn, op = getattr(f, name, None), ("fi_patch_declared." + name,)
+        if fn is None:
+            continue
+        kw = {"enable_pdl": False} if _has(fn, "enable_pdl") else {}
+        written = (0, 2) if residual else (0,)
+        # out, input and residual follow the batch.
+        dynamic = ((0, 0), (1, 0), (2, 0)) if residual else ((0, 0), (1, 0))
+
+        def inputs(rows=4, seed=0, residual=residual):
+            found = [torch.empty(rows, 64, dtype=fp8), _random(rows, 64, seed=seed)]
+            if residual:
+                found.append(_random(rows, 64, seed=seed + 1))
+            return [*found, _random(64, seed=seed + 2)]
+
+        cases[name + ", a float scale"] = Case(
+            lambda *a, fn=fn, kw=kw: fn(*a, 0.5, **kw), inputs, op, written=written
+        )
+        if "Tensor" in str(inspect.signature(fn).parameters["scale"].annotation):
+            scale = torch.tensor([0.5])
+            cases[name + ", a tensor scale, a dynamic batch"] = Case(
+                lambda *a, fn=fn, kw=kw: fn(*a[:-1], scale=a[-1], **kw),
+                lambda inputs=inputs, scale=scale: [*inputs(), scale.clone()],
+                op,
+                written=written,
+                mark_dynamic=dynamic,
+                again=(lambda inputs=inputs, s=scale: [*inputs(7, seed=3), s.clone()],),
+            )
     return cases
 
 

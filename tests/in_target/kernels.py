@@ -12,7 +12,8 @@ that no case passes by doing nothing.
 
 The formulas follow the kernels' sources (read in FlashInfer 0.6.8.post1 and 0.7.4): the merges'
 log-sum-exp is in base 2; rope rotates the first rotary_dim dimensions, NeoX halves or GPT-J
-pairs; fused_add_rmsnorm normalises the float sum and stores the rounded one in residual.
+pairs; fused_add_rmsnorm normalises the float sum and stores the rounded one in residual; the
+quantising norms divide by the scale and saturate to float8_e4m3fn's range.
 """
 
 from __future__ import annotations
@@ -59,6 +60,23 @@ def _fused_add_rmsnorm(bias):
         input.copy_(_normed(x, weight, eps, bias).to(input.dtype))
 
     return kernel
+
+
+def _scaled(scale):
+    """The quantising norms' scale: a float (up to 0.6.6), or a float32 tensor of one value."""
+    return scale.float().reshape(-1)[0] if isinstance(scale, torch.Tensor) else scale
+
+
+def _rmsnorm_quant(out, input, weight, scale, eps, *rest):
+    normed = _normed(input.float(), weight, eps, 0.0) / _scaled(scale)
+    out.copy_(normed.clamp(-448, 448).to(out.dtype))
+
+
+def _fused_add_rmsnorm_quant(out, input, residual, weight, scale, eps, *rest):
+    x = input.float() + residual.float()
+    residual.copy_(x.to(residual.dtype))
+    normed = _normed(x, weight, eps, 0.0) / _scaled(scale)
+    out.copy_(normed.clamp(-448, 448).to(out.dtype))
 
 
 # --- rope ---------------------------------------------------------------------------------------
@@ -420,6 +438,8 @@ KERNELS = {
     "gemma_rmsnorm": _rmsnorm(1.0),
     "fused_add_rmsnorm": _fused_add_rmsnorm(0.0),
     "gemma_fused_add_rmsnorm": _fused_add_rmsnorm(1.0),
+    "rmsnorm_quant": _rmsnorm_quant,
+    "fused_add_rmsnorm_quant": _fused_add_rmsnorm_quant,
     "apply_rope": _apply_rope,
     "apply_rope_pos_ids": _apply_rope_pos_ids,
     "apply_llama31_rope": _apply_llama31_rope,

@@ -75,12 +75,19 @@ def _fi_patch_declare(name, fn, mutates_args, device_types, schema, at_module_le
     if isinstance(mutates, str):
         entry.reason = mutates
         return fn
-    untyped = _fi_patch_untyped(fn)
+    split = _fi_patch_split(fn)
+    untyped = _fi_patch_untyped(fn, split)
     if untyped:
         entry.reason = "torch cannot make it an op: %s" % untyped
         return fn
+    if split and (schema is not None or set(split) & set(mutates)):
+        entry.reason = "torch cannot make it an op: its tensor-or-number %s is %s" % (
+            ", ".join(split),
+            "written" if schema is None else "typed by its declared schema",
+        )
+        return fn
     try:
-        _fi_patch_declared_op(entry, mutates, device_types, schema)
+        _fi_patch_declared_op(entry, mutates, device_types, schema, split)
     except Exception as exc:
         entry.reason = "torch cannot make it an op: %s" % (str(exc).strip().splitlines() or [""])[0]
         return fn
@@ -95,11 +102,11 @@ def _fi_patch_declare(name, fn, mutates_args, device_types, schema, at_module_le
 # The op of a declaration fi-patch checked: fi_patch_declared::NAME, FlashInfer's function its
 # body, ready at once where it returns nothing (its fake returns None), else once a fake is
 # declared; one that returns tensors gives them without gradient, as the eager call does.
-def _fi_patch_declared_op(entry, mutates, device_types, schema):
+def _fi_patch_declared_op(entry, mutates, device_types, schema, split):
     short = entry.name.split("::", 1)[-1]
     custom = torch.library.custom_op(
         "fi_patch_declared::" + short,
-        entry.fn,
+        _fi_patch_split_body(entry.fn, split) if split else entry.fn,
         mutates_args=mutates,
         device_types=device_types,
         schema=schema,
@@ -112,7 +119,7 @@ def _fi_patch_declared_op(entry, mutates, device_types, schema):
     def traced(*args, **kwargs):
         return op(*args, **kwargs)
 
-    entry.traced = traced
+    entry.traced = _fi_patch_split_call(entry.fn, op, split) if split else traced
     if not entry.op.default._schema.returns:
         custom.register_fake(_fi_patch_nothing)
         entry.ready = True
@@ -130,18 +137,97 @@ def _fi_patch_nothing(*args, **kwargs):
 
 
 # The first parameter typed as a union of several types, which no op schema holds (asked before
-# torch is, which would log a warning at every import).
-def _fi_patch_untyped(fn):
+# torch is, which would log a warning at every import), but those split in two.
+def _fi_patch_untyped(fn, split):
     import types
     import typing
 
     unions = (typing.Union, getattr(types, "UnionType", typing.Union))  # X | Y from Python 3.10
     for parameter, annotation in getattr(fn, "__annotations__", {}).items():
+        if parameter in split:
+            continue
         if typing.get_origin(annotation) in unions:
             kinds = [a for a in typing.get_args(annotation) if a is not type(None)]
             if len(kinds) > 1:
                 return "parameter %s is typed %s" % (parameter, annotation)
     return ""
+
+
+# The parameters typed as a tensor or a number (rmsnorm_quant's `scale: Union[float, Tensor]`
+# from 0.6.7), by name, with the number's type: the op takes each as two, an optional tensor and
+# an optional number (NAME_number), as fi-patch's op boundaries do.
+def _fi_patch_split(fn):
+    split = {}
+    for parameter, annotation in getattr(fn, "__annotations__", {}).items():
+        number = _fi_patch_tensor_or_number(annotation)  # noqa: F821 (placed after this file)
+        if parameter != "return" and number is not None:
+            split[parameter] = number
+    return split
+
+
+# The op's body where a parameter is split: FlashInfer's function, called with the parameter one
+# value again. Its parameters are the function's in order, each split one two, and carry no
+# default: the traced call passes every one.
+def _fi_patch_split_body(fn, split):
+    import inspect
+    import typing
+
+    parameters = []
+    for parameter in inspect.signature(fn).parameters.values():
+        parameter = parameter.replace(default=parameter.empty, kind=parameter.POSITIONAL_OR_KEYWORD)
+        if parameter.name in split:
+            number = split[parameter.name]
+            parameter = parameter.replace(annotation=typing.Optional[torch.Tensor])
+            parameters.append(parameter)
+            parameter = parameter.replace(
+                name=parameter.name + "_number", annotation=typing.Optional[number]
+            )
+        parameters.append(parameter)
+    names = [p.name for p in parameters]
+
+    def run(*values):
+        named = dict(zip(names, values))
+        for name in split:
+            number = named.pop(name + "_number")
+            if named[name] is None:
+                named[name] = number
+        return fn(**named)
+
+    run.__signature__ = inspect.Signature(
+        parameters, return_annotation=inspect.signature(fn).return_annotation
+    )
+    return run
+
+
+# While torch.compile traces the declared function: its arguments bound as Python binds them
+# (TypeError where Python raises one), each split one passed as a tensor or as a number, then
+# the op.
+def _fi_patch_split_call(fn, op, split):
+    import inspect
+
+    parameters = list(inspect.signature(fn).parameters.values())
+    names = tuple(p.name for p in parameters)
+    # A parameter the caller must pass: _FiPatchRequired, placed after this file.
+    required = _FiPatchRequired  # noqa: F821
+    defaults = tuple(required if p.default is p.empty else p.default for p in parameters)
+    positional = sum(p.kind != p.KEYWORD_ONLY for p in parameters)
+    at = [names.index(name) for name in split]
+    called = fn.__name__
+
+    def traced(*args, **kwargs):
+        values = _fi_patch_boundary_bind(  # noqa: F821 (placed after this file)
+            called, names, defaults, positional, args, kwargs
+        )
+        passed = []
+        for index, value in enumerate(values):
+            if index in at:
+                tensor = isinstance(value, torch.Tensor)
+                passed += [value, None] if tensor else [None, value]
+            else:
+                passed.append(value)
+        return op(*passed)
+
+    return traced
 
 
 # Whether `fake` takes the op's parameters, as the op passes them.

@@ -90,15 +90,43 @@ def _norms(torch, f):
             lambda x, r, w: f.gemma_fused_add_rmsnorm(x, r, w, **fused["gemma_fused_add_rmsnorm"]),
             (t(4, 64), t(4, 64), t(64)),
         ),
-        "rmsnorm_quant": (
-            lambda o, x, w: f.rmsnorm_quant(o, x, w, 1.0),
-            (torch.empty(4, 64, dtype=fp8), t(4, 64), t(64)),
+        "rmsnorm_quant": _scales(
+            torch, f, "rmsnorm_quant", (torch.empty(4, 64, dtype=fp8), t(4, 64), t(64))
         ),
-        "fused_add_rmsnorm_quant": (
-            lambda o, x, r, w: f.fused_add_rmsnorm_quant(o, x, r, w, 1.0),
+        "fused_add_rmsnorm_quant": _scales(
+            torch,
+            f,
+            "fused_add_rmsnorm_quant",
             (torch.empty(4, 64, dtype=fp8), t(4, 64), t(4, 64), t(64)),
         ),
     }
+
+
+def _scales(torch, f, name, arguments):
+    """The quantising norms' call forms: `scale` a float, and, where the release types it
+    Union[float, Tensor] (0.6.7 on, where the op takes it as two parameters), a tensor of one
+    value, as SGLang and vLLM pass it."""
+    import inspect
+
+    module = _home(f, name)
+    if module is None:
+        return []
+    forms = [("a float scale", lambda *a: getattr(module, name)(*a, 0.5), arguments)]
+    scale = inspect.signature(getattr(module, name)).parameters["scale"].annotation
+    if "Tensor" in str(scale):
+        tensor = (*arguments, torch.tensor([0.5]))
+        forms.append(("a tensor scale", lambda *a: getattr(module, name)(*a), tensor))
+    return forms
+
+
+def _home(flashinfer, name):
+    """The module an entry point is called from: flashinfer, or flashinfer.norm for the
+    quantising norms up to 0.6.6, which flashinfer does not export; None where the release has
+    it in neither."""
+    for module in (flashinfer, getattr(flashinfer, "norm", None)):
+        if hasattr(module, name):
+            return module
+    return None
 
 
 def _rope(torch, f):
@@ -187,6 +215,16 @@ def variants(torch, name, arguments):
     return found
 
 
+def _forms(torch, name, called, returns):
+    """(what, fn, arguments) for each form an entry point is proven in: those its call table
+    lists, or its one call with the variants of its inputs."""
+    if isinstance(called, list):
+        return called
+    fn, arguments = called
+    found = variants(torch, name, arguments) if returns else [("", arguments)]
+    return [(what, fn, given) for what, given in found]
+
+
 class Stub(object):
     """A module getter's result whose every kernel does nothing, and counts its calls. Older
     releases' getters return the kernel itself (`get_module_attr("merge_state")`): it is one."""
@@ -233,7 +271,7 @@ def prove(ctx):
     table = calls(torch)
     traced, kept = [], {}
     for name, op, returns in ENTRY_POINTS:
-        if returns != returning or not hasattr(flashinfer, name):
+        if returns != returning or _home(flashinfer, name) is None:
             continue
         entry = declared.get(op)
         if entry is None and declared:
@@ -242,9 +280,10 @@ def prove(ctx):
         if entry is not None and not entry.ready:
             kept[name] = "%s: %s" % (op, entry.reason)
             continue
-        fn, arguments = table[name]
-        forms = variants(torch, name, arguments) if returns else [("", arguments)]
-        if all(_proven(ctx, name, op, fn, given, entry, returns, what) for what, given in forms):
+        if all(
+            _proven(ctx, name, op, fn, given, entry, returns, what)
+            for what, fn, given in _forms(torch, name, table[name], returns)
+        ):
             traced.append(name)
     ctx.fact("entry points traced to one op", traced)
     ctx.fact("entry points left as they are", kept)
