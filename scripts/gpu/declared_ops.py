@@ -7,12 +7,12 @@ Run it with the target environment's own python, after `fi-patch apply` there:
 
 (`make gpu-check TARGET=/root/ml-env` runs it after scripts/gpu/fp4_compiled.py.) For each entry
 point that declared-ops-custom and declared-ops-fake make an op (norms, the quantising norms with
-a tensor scale, rope in place, the cascade merges, the paged-KV append, packbits) it compares
-`torch.compile(fullgraph=True)` (the default backend, Inductor, which trusts the ops'
-mutates_args) with the eager call, bit for bit, outputs and the tensors written in place; then
-captures the compiled function in a CUDA graph, replays it on new input, and compares again. An
-entry point the release does not have, or whose declaration fi-patch left as it is, is named and
-not checked. One line per case; JSON with --out.
+a tensor scale, rope in place, the MLA rope with FP8 quantisation, the cascade merges, the
+paged-KV append, packbits) it compares `torch.compile(fullgraph=True)` (the default backend,
+Inductor, which trusts the ops' mutates_args) with the eager call, bit for bit, outputs and the
+tensors written in place; then captures the compiled function in a CUDA graph, replays it on new
+input, and compares again. An entry point the release does not have, or whose declaration
+fi-patch left as it is, is named and not checked. One line per case; JSON with --out.
 
 Exit status: 0 every case equal, 1 a case differs or fails, 77 no CUDA device (nothing checked;
 CI never runs this script).
@@ -116,6 +116,33 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
         (o, x, x, w, scale),
         quantised(lambda *a: f.fused_add_rmsnorm_quant(*a)),
     )
+    # SGLang's MLA backends' form: a 2-D key (one shared latent head), the outputs given.
+    mla_cache = cache[:, :64].contiguous()
+    mla = [
+        (lambda s=s: t(*s)) for s in ((nnz, heads, 64), (nnz, 64), (nnz, heads, 512), (nnz, 512))
+    ]
+    fp8 = [
+        (lambda s=s: torch.empty(*s, dtype=torch.float8_e4m3fn, device="cuda"))
+        for s in ((nnz, heads, 64), (nnz, 64), (nnz, heads, 512), (nnz, 512))
+    ]
+    yield (
+        "mla_rope_quantize_fp8",
+        "rope_quantize",
+        (*mla, *fp8),
+        lambda qr, kr, qn, kn, *out: flashinfer.rope.mla_rope_quantize_fp8(
+            qr,
+            kr,
+            qn,
+            kn,
+            mla_cache,
+            pos.long(),
+            is_neox=False,
+            q_rope_out=out[0],
+            k_rope_out=out[1],
+            q_nope_out=out[2],
+            k_nope_out=out[3],
+        ),
+    )
     yield (
         "apply_rope_inplace",
         "apply_rope",
@@ -181,6 +208,7 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
 
 def run(torch, flashinfer):  # type: ignore[no-untyped-def]
     """Each case whose entry point the release has and made an op, checked; the others named."""
+    import flashinfer.rope
     import flashinfer.utils
 
     declared = getattr(flashinfer.utils, "_fi_patch_declared", None)
@@ -189,7 +217,8 @@ def run(torch, flashinfer):  # type: ignore[no-untyped-def]
     made = []
     for name, op, makers, fn in cases(torch, flashinfer):
         entry = declared.get("flashinfer::" + op)
-        ready = hasattr(flashinfer, name) and entry is not None and entry.ready
+        home = flashinfer.rope if name == "mla_rope_quantize_fp8" else flashinfer
+        ready = hasattr(home, name) and entry is not None and entry.ready
         reason = entry.reason if entry is not None else "not in this release"
         made.append((name, ready, reason, makers, fn))
     return check_made(torch, made)

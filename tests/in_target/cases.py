@@ -278,6 +278,65 @@ def _rope(f):
             ("fi_patch_declared.apply_rope_pos_ids_cos_sin_cache",),
             written=(0, 1),
         ),
+        **_quantised_rope(f, cache),
+    }
+
+
+def _quantised_rope(f, cache):
+    """flashinfer.rope's mla_rope_quantize_fp8 and rope_quantize_fp8: the outputs given (SGLang's
+    MLA backends: a 2-D key, GPT-J rope), or allocated by the function, over a dynamic token
+    count, and without the nope parts."""
+    import flashinfer.rope as rope
+
+    fp8, op = torch.float8_e4m3fn, ("fi_patch_declared.rope_quantize",)
+    shapes = ((6, 4, 64), (6, 64), (6, 4, 128), (6, 128))
+
+    def mla(q_rope, k_rope, q_nope, k_nope, pos, *outputs):
+        return rope.mla_rope_quantize_fp8(
+            q_rope,
+            k_rope,
+            q_nope,
+            k_nope,
+            cache,
+            pos,
+            is_neox=False,
+            quant_scale_q=0.5,
+            quant_scale_kv=2.0,
+            q_rope_out=outputs[0],
+            k_rope_out=outputs[1],
+            q_nope_out=outputs[2],
+            k_nope_out=outputs[3],
+        )
+
+    def given():
+        inputs = [_random(*shape, seed=i) for i, shape in enumerate(shapes)]
+        return [*inputs, torch.arange(6), *(torch.empty(*s, dtype=fp8) for s in shapes)]
+
+    def gqa(tokens=6, seed=0):
+        shapes = ((tokens, 4, 64), (tokens, 2, 64), (tokens, 4, 32), (tokens, 2, 32))
+        inputs = [_random(*shape, seed=seed + i) for i, shape in enumerate(shapes)]
+        return [*inputs, torch.arange(tokens)]
+
+    if not hasattr(rope, "rope_quantize_fp8"):
+        return {}
+    return {
+        "mla_rope_quantize_fp8, the outputs given": Case(mla, given, op, written=(5, 6, 7, 8)),
+        "rope_quantize_fp8, the outputs allocated, a dynamic token count": Case(
+            lambda q_rope, k_rope, q_nope, k_nope, pos: rope.rope_quantize_fp8(
+                q_rope, k_rope, q_nope, k_nope, cache, pos
+            ),
+            gqa,
+            op,
+            mark_dynamic=tuple((i, 0) for i in range(5)),
+            again=(lambda: gqa(9, seed=5),),
+        ),
+        "rope_quantize_fp8 without the nope parts": Case(
+            lambda q_rope, k_rope, pos: rope.rope_quantize_fp8(
+                q_rope, k_rope, None, None, cache, pos, is_neox=False
+            ),
+            lambda: [_random(6, 4, 64), _random(6, 2, 64, seed=1), torch.arange(6)],
+            op,
+        ),
     }
 
 

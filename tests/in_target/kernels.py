@@ -160,6 +160,36 @@ def _apply_rope_cos_sin_cache(q, k, q_rope, k_rope, cos_sin_cache, pos_ids, inte
     k_rope.copy_(_rotated(k, cos, sin, rotary_dim, interleave).to(k_rope.dtype))
 
 
+def _rope_quantize(
+    q_rope_in,
+    k_rope_in,
+    q_nope_in,
+    k_nope_in,
+    q_rope_out,
+    k_rope_out,
+    q_nope_out,
+    k_nope_out,
+    cos_sin_cache,
+    pos_ids,
+    quant_scale_q,
+    quant_scale_kv,
+    interleave,
+    *rest,
+):
+    # The rope parts rotated by the cache's rows (a 2-D key is MLA's one shared head), the nope
+    # parts as they are; each scaled (q's, the key's) and cast to the outputs' float8.
+    rotary_dim = cos_sin_cache.shape[1]
+    rows = cos_sin_cache[pos_ids.long()].float()
+    cos, sin = rows[:, : rotary_dim // 2], rows[:, rotary_dim // 2 :]
+    k = k_rope_in[:, None] if k_rope_in.ndim == 2 else k_rope_in
+    q_rot = _rotated(q_rope_in, cos, sin, rotary_dim, interleave) * quant_scale_q
+    k_rot = _rotated(k, cos, sin, rotary_dim, interleave) * quant_scale_kv
+    q_rope_out.copy_(q_rot.to(q_rope_out.dtype))
+    k_rope_out.copy_(k_rot.reshape(k_rope_in.shape).to(k_rope_out.dtype))
+    q_nope_out.copy_((q_nope_in.float() * quant_scale_q).to(q_nope_out.dtype))
+    k_nope_out.copy_((k_nope_in.float() * quant_scale_kv).to(k_nope_out.dtype))
+
+
 # --- cascade, paging, packbits ------------------------------------------------------------------
 
 
@@ -445,6 +475,7 @@ KERNELS = {
     "apply_llama31_rope": _apply_llama31_rope,
     "apply_llama31_rope_pos_ids": _apply_llama31_rope_pos_ids,
     "apply_rope_pos_ids_cos_sin_cache": _apply_rope_cos_sin_cache,
+    "rope_quantize": _rope_quantize,
     "merge_state": _merge_state,
     "merge_state_in_place": _merge_state_in_place,
     "merge_states": _merge_states,

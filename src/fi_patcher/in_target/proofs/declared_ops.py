@@ -32,6 +32,8 @@ ENTRY_POINTS = [
         "flashinfer::apply_rope_pos_ids_cos_sin_cache",
         False,
     ),
+    ("mla_rope_quantize_fp8", "flashinfer::rope_quantize", False),
+    ("rope_quantize_fp8", "flashinfer::rope_quantize", False),
     ("merge_state_in_place", "flashinfer::merge_state_in_place", False),
     ("append_paged_kv_cache", "flashinfer::append_paged_kv_cache", False),
     ("merge_state", "flashinfer::merge_state", True),
@@ -39,13 +41,16 @@ ENTRY_POINTS = [
     ("packbits", "flashinfer::packbits", True),
 ]
 
+# The modules that hold entry points flashinfer does not export, in every release here.
+HOMES = ("norm", "rope")
+
 
 def calls(torch):
     """How each entry point is called: a function of tensors, and fresh arguments, by family."""
     import flashinfer
 
     table = {}
-    for family in (_norms, _rope, _cascade, _paging):
+    for family in (_norms, _rope, _rope_quantized, _cascade, _paging):
         table.update(family(torch, flashinfer))
     return table
 
@@ -120,10 +125,12 @@ def _scales(torch, f, name, arguments):
 
 
 def _home(flashinfer, name):
-    """The module an entry point is called from: flashinfer, or flashinfer.norm for the
-    quantising norms up to 0.6.6, which flashinfer does not export; None where the release has
-    it in neither."""
-    for module in (flashinfer, getattr(flashinfer, "norm", None)):
+    """The module an entry point is called from: flashinfer, or the module of those flashinfer
+    does not export (the quantising norms up to 0.6.6, the quantising rope); None where the
+    release has it in none."""
+    import importlib
+
+    for module in (flashinfer, *(importlib.import_module("flashinfer." + m) for m in HOMES)):
         if hasattr(module, name):
             return module
     return None
@@ -162,6 +169,49 @@ def _rope(torch, f):
             qk,
         ),
         "apply_rope_with_cos_sin_cache_inplace": cos_sin,
+    }
+
+
+def _rope_quantized(torch, f):
+    """rope_quantize_fp8 and mla_rope_quantize_fp8 (flashinfer.rope's, 0.5.0 on): Python that
+    allocates the outputs it is not given, then one call of the declared rope_quantize. The MLA
+    form as SGLang's MLA backends call it (a 2-D key, the four outputs given, GPT-J rope), and
+    the GQA form with the outputs left to the function."""
+
+    def t(*shape):
+        return _t(torch, *shape)
+
+    module = _home(f, "rope_quantize_fp8")
+    if module is None:
+        return {}
+    cache = torch.randn(16, 64, dtype=torch.float32)
+    pos = torch.arange(6, dtype=torch.int64)
+    fp8 = torch.float8_e4m3fn
+
+    def mla(q_rope, k_rope, q_nope, k_nope, *outputs):
+        return module.mla_rope_quantize_fp8(
+            q_rope,
+            k_rope,
+            q_nope,
+            k_nope,
+            cache,
+            pos,
+            is_neox=False,
+            quantize_dtype=fp8,
+            q_rope_out=outputs[0],
+            k_rope_out=outputs[1],
+            q_nope_out=outputs[2],
+            k_nope_out=outputs[3],
+        )
+
+    shapes = ((6, 4, 64), (6, 64), (6, 4, 128), (6, 128))
+    outputs = tuple(torch.empty(*shape, dtype=fp8) for shape in shapes)
+    return {
+        "mla_rope_quantize_fp8": (mla, (*(t(*shape) for shape in shapes), *outputs)),
+        "rope_quantize_fp8": (
+            lambda *a: module.rope_quantize_fp8(*a, cache, pos),
+            (t(6, 4, 64), t(6, 2, 64), t(6, 4, 64), t(6, 2, 64)),
+        ),
     }
 
 
