@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 from typer.testing import CliRunner
 
 from fi_patcher import __version__
@@ -27,6 +28,8 @@ from tests.support.releases import (
     BATCHED,
     BMM_FP8,
     BOUNDARIES,
+    CONCAT,
+    CONCAT_OPS,
     DECLARED,
     FP4,
     FP8_QUANT,
@@ -76,6 +79,7 @@ ENTRY_POINTS = {
     MASK: "top_k_mask_logits",
     TOP_K_RENORM: "top_k_renorm_probs",
     TOP_P_RENORM: "top_p_renorm_probs",
+    CONCAT: "concat_mla_k",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -128,6 +132,8 @@ PROVEN = {
         "positional, by keyword, a dynamic token dimension",
         "k not a multiple of 16",
     ),
+    # It writes k and returns nothing; the backend it refuses arrives in 0.7.0 (ONLY_FROM).
+    "concat_mla_k": ("positional, by keyword, a dynamic token count", "another backend"),
     # out= from 0.7.2.post1: the proof adds its forms where the function takes it.
     "block_scale_interleave": (
         "positional, by keyword, 3-D bfloat16, by its other name, a dynamic dimension",
@@ -141,6 +147,10 @@ NEWER_FORMS = {
     "top_k_top_p_sampling_from_probs": (", top_k_max", ""),
     "top_k_renorm_probs": (", is_deterministic", ""),
 }
+
+# What a proof names in place of its refused inputs on releases before the one the input's
+# check arrives in.
+ONLY_FROM = {"concat_mla_k": ("0.7.0", "it refuses no input before its kernel")}
 
 
 def test_each_patch_names_its_entry_point_and_an_op_of_the_same_name() -> None:
@@ -236,12 +246,21 @@ def test_an_op_boundary_names_its_rule_and_requires_the_placed_code() -> None:
         parse_patch("x.toml", fp4.replace('backend = "cuda"', "backend = 4"))
     with pytest.raises(RegistryError, match="only: backend = 'cu\"da' is not"):
         parse_patch("x.toml", fp4.replace('backend = "cuda"', 'backend = "cu\\"da"'))
+    # An op that writes its parameters returns nothing, and names each parameter it writes.
+    concat = (Path(__file__).parents[1] / "patches" / f"{CONCAT}.toml").read_text()
+    with pytest.raises(RegistryError, match=r"writes = \[...\] needs returns = 0"):
+        parse_patch("x.toml", concat.replace("returns = 0", "returns = 1"))
+    with pytest.raises(RegistryError, match="returns one tensor or more, or writes"):
+        parse_patch("x.toml", concat.replace('writes = ["k"]', "writes = []"))
+    with pytest.raises(RegistryError, match="writes: 'k,' is not a parameter name"):
+        parse_patch("x.toml", concat.replace('writes = ["k"]', 'writes = ["k,"]'))
 
 
 # In the target after apply: the op each entry point traces to, the function left as FlashInfer
 # wrote it, TypeError where Python raises one, and no Dynamo imported by `import flashinfer`.
 IN_TARGET = """
 import json, sys, torch, flashinfer, flashinfer.utils as utils
+import flashinfer.concat_ops  # flashinfer does not import it
 entry = utils._fi_patch_boundaries["silu_and_mul"]
 dynamo = "torch._dynamo" in sys.modules
 def graph(fn, *args):
@@ -325,6 +344,7 @@ print(json.dumps({
     "sampler schema": str(torch.ops.fi_patch.top_k_top_p_sampling_from_probs.default._schema),
     "min_p schema": str(torch.ops.fi_patch.min_p_sampling_from_probs.default._schema),
     "renorm schema": str(torch.ops.fi_patch.top_p_renorm_probs.default._schema),
+    "concat schema": str(torch.ops.fi_patch.concat_mla_k.default._schema),
     "renormed": graph(lambda p: flashinfer.sampling.top_k_renorm_prob(p, k), p),
     "samples": graph(lambda p: flashinfer.top_k_sampling_from_probs(p, 5, seed=1, offset=0), p),
     "samples and valid": graph(
@@ -356,7 +376,7 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     venv = create_venv(tmp_path / "venv")
     install(venv, release(version))
     use(venv, shared(CUDA_TORCH))
-    written = (ACTIVATION, GEMM, FP4, FP8_QUANT, SAMPLING)
+    written = (ACTIVATION, GEMM, FP4, FP8_QUANT, SAMPLING, CONCAT_OPS)
     originals = {f: released_text(release(version), f) for f in written}
     named = [x for p in (DECLARED, *BOUNDARIES) for x in ("--patch", p)]
 
@@ -377,6 +397,8 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         forms, refused = PROVEN[key]
         if key in NEWER_FORMS and version == "0.7.4":
             forms, refused = forms + NEWER_FORMS[key][0], refused + NEWER_FORMS[key][1]
+        if key in ONLY_FROM and Version(version) < Version(ONLY_FROM[key][0]):
+            refused = ONLY_FROM[key][1]
         assert proofs["after"]["summary"] == (
             f"passes ({name} traces to one fi_patch op per call ({forms}), runs as it is "
             f"eagerly, and its op and the op's fake give the eager call's shapes, strides, "
@@ -453,6 +475,12 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     assert seen["renorm schema"] == (
         "fi_patch::top_p_renorm_probs(Tensor probs, Tensor? top_p, float? top_p_number, "
         "bool is_deterministic) -> Tensor"
+    )
+    # concat_mla_k's op writes k and returns nothing, as the function does.
+    assert seen["concat schema"] == (
+        "fi_patch::concat_mla_k(Tensor(a0!) k, Tensor k_nope, Tensor k_rope"
+        + (", str backend" if version in ("0.7.0", "0.7.4") else "")
+        + ") -> ()"
     )
     # FlashInfer's other name for the function is the routing function too.
     assert seen["renormed"] == ["fi_patch.top_k_renorm_probs"]

@@ -27,6 +27,8 @@ from tests.support.releases import (
     API_LOGGING,
     BATCHED,
     BOUNDARIES,
+    CONCAT,
+    CONCAT_OPS,
     CUDA,
     DECLARED,
     DECLARED_FAKE,
@@ -157,7 +159,7 @@ def test_not_applicable_release(runner: CliRunner, venv_with: MakeVenv, version:
 def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.6.18.post1")
     site = site_packages(venv)
-    written = (TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT, SAMPLING, API_LOGGING)
+    written = (TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT, SAMPLING, API_LOGGING, CONCAT_OPS)
     originals = {f: (site / f).read_bytes() for f in written}
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     store = venv / ".fi-patch"
@@ -192,6 +194,7 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
         (TOP_P_RENORM, "0.6.10"),
         (TOP_P, "0.6.13"),
     ]
+    assert [(p["id"], p["shape"]) for p in records[CONCAT_OPS]["patches"]] == [(CONCAT, "0.6.10")]
     assert [(p["id"], p["shape"]) for p in records[UTILS]["patches"]] == [
         (DECLARED, "no-op"),
         (DECLARED_FAKE, "no-op"),

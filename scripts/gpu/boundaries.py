@@ -6,12 +6,12 @@ Run it with the target environment's own python, after `fi-patch apply` there:
     fi-patch apply --venv /root/ml-env
     /root/ml-env/bin/python scripts/gpu/boundaries.py --out boundaries-gpu.json
 
-(`make gpu-check TARGET=/root/ml-env` runs it after the other GPU scripts.) For each entry point
-an op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantizers, the samplers
-with seed and offset given, the renorm samplers on bfloat16 input), called without and with
-`out=` where it takes it, it compares
-`torch.compile(fullgraph=True)` (the default backend, Inductor) with the eager call, bit for bit;
-then captures the compiled function in a CUDA graph, replays it on new input, and compares again.
+(`make gpu-check TARGET=/root/ml-env` runs it after the other GPU scripts.) For each entry point an
+op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantizers, the samplers with
+seed and offset given, the renorm samplers on bfloat16 input, concat_mla_k), called without and with
+`out=` where it takes it, it compares `torch.compile(fullgraph=True)` (the default backend,
+Inductor) with the eager call, bit for bit; then captures the compiled function in a CUDA graph,
+replays it on new input, and compares again.
 The samplers also compile with mode="reduce-overhead" (Inductor's own CUDA graphs): with seed and
 offset tensors each call equals eager; without them the op (tagged cudagraph_unsafe) runs out of
 the graphs, and two calls on one input draw anew, as eager's do.
@@ -113,6 +113,26 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
 
     yield from quantizers(torch, f, t)
     yield from samplers(torch, f)
+    yield from mla(torch, f, t)
+
+
+def mla(torch, f, t):  # type: ignore[no-untyped-def]
+    """concat_mla_k (0.6.0 on), writing k, as vLLM's MLA backend calls it: 128 heads, nope 128,
+    rope 64, the rope part shared by every head."""
+    concat_ops = getattr(f, "concat_ops", None)
+    if concat_ops is None:
+        return
+
+    def concat(k, k_nope, k_rope):  # type: ignore[no-untyped-def]
+        concat_ops.concat_mla_k(k, k_nope, k_rope)
+        return (k,)
+
+    yield (
+        "concat_mla_k",
+        "concat_mla_k",
+        (lambda: t(512, 128, 192), lambda: t(512, 128, 128), lambda: t(512, 1, 64)),
+        concat,
+    )
 
 
 THRESHOLDS = {
@@ -314,7 +334,14 @@ def quantizers(torch, f, t):  # type: ignore[no-untyped-def]
 
 def run(torch, flashinfer):  # type: ignore[no-untyped-def]
     """Each case whose entry point has an op boundary, checked; the others named."""
+    import importlib
+    import importlib.util
+
     import flashinfer.utils
+
+    # flashinfer does not import concat_ops (0.6.0 on) itself.
+    if importlib.util.find_spec("flashinfer.concat_ops") is not None:
+        importlib.import_module("flashinfer.concat_ops")
 
     boundaries = getattr(flashinfer.utils, "_fi_patch_boundaries", None)
     if boundaries is None:

@@ -150,6 +150,7 @@ def patch_json(patch: Patch) -> dict[str, Any]:
             "returns": boundary.returns,
             "check": boundary.check,
             "uncapturable": dict(boundary.uncapturable),
+            "writes": list(boundary.writes),
         }
     return {
         "id": patch.id,

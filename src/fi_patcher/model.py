@@ -111,6 +111,10 @@ class Boundary:
     generator read on the host; `check_nan`: `true`, a host sync): such a call is the op
     `fi_patch::OP_uncapturable`, tagged cudagraph_unsafe."""
 
+    writes: tuple[str, ...] = ()
+    """The parameters the function writes, where it returns nothing (`returns = 0`:
+    concat_mla_k's `k`): the op declares them written and returns nothing."""
+
     UNCAPTURABLE = ("none", "true")
 
     kind = "op-boundary"
@@ -118,6 +122,10 @@ class Boundary:
     @staticmethod
     def _dict(pairs: tuple[tuple[str, str], ...]) -> str:
         return "{" + ", ".join(f'"{name}": "{value}"' for name, value in pairs) + "}"
+
+    @staticmethod
+    def _tuple(names: tuple[str, ...]) -> str:
+        return "(" + "".join(f'"{name}", ' for name in names).rstrip() + ")"
 
     def statements(self, function: str, rule: str) -> str:
         """The module-level statements placed after `function`, for the shape's rule."""
@@ -136,6 +144,7 @@ class Boundary:
                 if self.uncapturable
                 else ""
             )
+            + (f",\n        writes={self._tuple(self.writes)}" if self.writes else "")
             + "\n    )\n"
         )
 

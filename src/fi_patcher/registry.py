@@ -124,6 +124,7 @@ def _parse_operation(data: dict[str, Any], declarations: Sequence[Declaration]) 
             data.get("returns_when", ""),
             tuple(data.get("only", {}).items()),
             tuple(data.get("uncapturable", {}).items()),
+            tuple(data.get("writes", ())),
         )
     raise KeyError(f"operation kind {kind!r}")
 
@@ -268,8 +269,13 @@ def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
     ]
     if not boundary.op.isidentifier():
         problems.append(f"op {boundary.op!r} is not a name")
-    if boundary.returns < 1:
-        problems.append("an op boundary returns one tensor or more")
+    if boundary.returns < 1 and not boundary.writes:
+        problems.append("an op boundary returns one tensor or more, or writes its parameters")
+    if boundary.writes and (boundary.returns or boundary.out or boundary.returns_when):
+        problems.append("writes = [...] needs returns = 0, and no out or returns_when")
+    problems += [
+        f"writes: {w!r} is not a parameter name" for w in boundary.writes if not w.isidentifier()
+    ]
     if boundary.returns_when and boundary.returns < 2:
         problems.append(f"returns_when = {boundary.returns_when!r} needs returns = 2 or more")
     problems += [

@@ -279,6 +279,37 @@ def _rope(f):
             written=(0, 1),
         ),
         **_quantised_rope(f, cache),
+        **_concat_mla_k(),
+    }
+
+
+def _concat_mla_k():
+    """concat_mla_k (flashinfer.concat_ops', 0.6.0 on) writing k: a fresh k, as vLLM's op
+    allocates it, and rows of a wider graph input over a dynamic token count."""
+    try:
+        import flashinfer.concat_ops as concat_ops
+    except ImportError:
+        return {}
+
+    def fresh(k_nope, k_rope):
+        k = torch.empty(*k_nope.shape[:-1], 192, dtype=k_nope.dtype)
+        concat_ops.concat_mla_k(k, k_nope, k_rope)
+        return k
+
+    def parts(tokens=6, seed=0):
+        return [_random(tokens, 16, 128, seed=seed), _random(tokens, 1, 64, seed=seed + 1)]
+
+    op = ("fi_patch.concat_mla_k",)
+    return {
+        "concat_mla_k into a fresh k": Case(fresh, parts, op),
+        "concat_mla_k into rows of a wider k, a dynamic token count": Case(
+            lambda k, n, r: concat_ops.concat_mla_k(k[1:], n, r),
+            lambda: [torch.zeros(7, 16, 192, dtype=torch.bfloat16), *parts()],
+            op,
+            written=(0,),
+            mark_dynamic=((0, 0), (1, 0), (2, 0)),
+            again=(lambda: [torch.zeros(10, 16, 192, dtype=torch.bfloat16), *parts(9, 3)],),
+        ),
     }
 
 

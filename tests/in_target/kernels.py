@@ -190,6 +190,12 @@ def _rope_quantize(
     k_nope_out.copy_((k_nope_in.float() * quant_scale_kv).to(k_nope_out.dtype))
 
 
+def _concat_mla_k(k, k_nope, k_rope, *rest):
+    nope = k_nope.shape[-1]
+    k[..., :nope].copy_(k_nope)
+    k[..., nope:].copy_(k_rope.expand(*k_nope.shape[:-1], k_rope.shape[-1]))
+
+
 # --- cascade, paging, packbits ------------------------------------------------------------------
 
 
@@ -476,6 +482,7 @@ KERNELS = {
     "apply_llama31_rope_pos_ids": _apply_llama31_rope_pos_ids,
     "apply_rope_pos_ids_cos_sin_cache": _apply_rope_cos_sin_cache,
     "rope_quantize": _rope_quantize,
+    "concat_mla_k": _concat_mla_k,
     "merge_state": _merge_state,
     "merge_state_in_place": _merge_state_in_place,
     "merge_states": _merge_states,

@@ -109,6 +109,9 @@ def _boundary(node: ast.FunctionDef, patch: str, operation: Boundary, rule: str)
     if operation.uncapturable:
         values = ", ".join(f'"{name}": "{value}"' for name, value in operation.uncapturable)
         checked += f",\n        uncapturable={{{values}}}"
+    if operation.writes:
+        names = "".join(f'"{name}", ' for name in operation.writes).rstrip()
+        checked += f",\n        writes=({names})"
     call = (
         "from flashinfer import utils as _fi_patch_utils\n"
         "\n"

@@ -58,6 +58,7 @@ MIN_P = "op-min-p-sampling-from-probs"
 MASK = "op-top-k-mask-logits"
 TOP_K_RENORM = "op-top-k-renorm-probs"
 TOP_P_RENORM = "op-top-p-renorm-probs"
+CONCAT = "op-concat-mla-k"
 QUANTIZERS = (INTERLEAVE, MXFP8, BATCHED, GROUPED, SILU_EXPERTS)
 """The op-boundary patches of the quantizers: silu_and_mul_scaled_nvfp4_experts_quantize in
 flashinfer/activation.py from 0.6.0; from 0.6.7 mxfp8_quantize in FP8_QUANT and the others in
@@ -65,6 +66,7 @@ FP4."""
 BOUNDARIES = (
     INTERLEAVE,
     BMM_FP8,
+    CONCAT,
     GELU,
     GELU_TANH,
     MIN_P,
@@ -84,13 +86,14 @@ BOUNDARIES = (
 )
 """The op-boundary patches, one public entry point each, in registry order: the activations
 (flashinfer/activation.py, from 0.6.0), bmm_fp8 and mm_fp8 (from 0.6.0) and mm_fp4 (from 0.6.7)
-in flashinfer/gemm/gemm_base.py, QUANTIZERS, and in flashinfer/sampling.py the samplers (MIN_P,
+in flashinfer/gemm/gemm_base.py, QUANTIZERS, in flashinfer/sampling.py the samplers (MIN_P,
 TOP_K, TOP_K_TOP_P, TOP_P, from 0.6.7) and the renorm samplers (MASK, TOP_K_RENORM,
-TOP_P_RENORM, from 0.6.0)."""
+TOP_P_RENORM, from 0.6.0), and concat_mla_k (CONCAT) in CONCAT_OPS, from 0.6.0."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
 SAMPLING = "flashinfer/sampling.py"
+CONCAT_OPS = "flashinfer/concat_ops.py"
 LOGGING = "api-logging-under-compile"
 API_LOGGING = "flashinfer/api_logging.py"
 
@@ -374,6 +377,24 @@ BOUNDARY_SHA256 = {
 }
 
 
+# The shape of op-concat-mla-k and sha256[:12] of CONCAT_OPS in the releases below that have
+# it (from 0.6.0; not 0.6.0rc1), taken from the archives the index verified.
+CONCAT_SHAPES = {
+    "0.6.0": ("0.6.0", "8c4db483c4d9"),
+    "0.6.7": ("0.6.0", "8c4db483c4d9"),
+    "0.6.8": ("0.6.0", "8c4db483c4d9"),
+    "0.6.10": ("0.6.10", "866ab971c984"),
+    "0.6.11.post3": ("0.6.10", "f3009979faf9"),
+    "0.6.12": ("0.6.10", "f3009979faf9"),
+    "0.6.18.post1": ("0.6.10", "f3009979faf9"),
+    "0.7.0": ("0.7.0", "57181130b540"),
+    "0.7.1": ("0.7.0", "57181130b540"),
+    "0.7.1rc1": ("0.7.0", "57181130b540"),
+    "0.7.2rc6": ("0.7.0", "57181130b540"),
+    "0.7.4": ("0.7.0", "bcff8f92b08d"),
+}
+
+
 # The shape of api-logging-under-compile's wrapper and sha256[:12] of flashinfer/api_logging.py
 # in the releases below that have one (from 0.6.0), taken from the archives the index verified.
 LOGGING_SHAPES = {
@@ -396,7 +417,8 @@ LOGGING_SHAPES = {
 def _declaring(r: Release) -> Release:
     """Every release on the index declares its ops with the same no-op register_custom_op and
     register_fake_op: both declared-ops patches apply to each. The op-* patches apply where
-    BOUNDARY_SHAPES says, api-logging-under-compile where LOGGING_SHAPES does."""
+    BOUNDARY_SHAPES (and CONCAT_SHAPES) says, api-logging-under-compile where LOGGING_SHAPES
+    does."""
     prefixes = {**r.sha256_prefixes, UTILS: UTILS_SHA256[r.version]}
     if r.version in BOUNDARY_SHA256:
         relpaths = (ACTIVATION, GEMM, FP8_QUANT, SAMPLING)
@@ -405,6 +427,8 @@ def _declaring(r: Release) -> Release:
     shapes = {**r.shapes, **DECLARED_SHAPES, **BOUNDARY_SHAPES.get(r.version, {})}
     if r.version in LOGGING_SHAPES:
         shapes[LOGGING], prefixes[API_LOGGING] = LOGGING_SHAPES[r.version]
+    if r.version in CONCAT_SHAPES:
+        shapes[CONCAT], prefixes[CONCAT_OPS] = CONCAT_SHAPES[r.version]
     return replace(r, shapes=shapes, sha256_prefixes=prefixes)
 
 

@@ -35,7 +35,9 @@ _fi_patch_boundaries: "Dict[str, _FiPatchBoundary]" = {}
 # one value of only (`only`: backend "cuda"; another value is traced as the function's body), the
 # sequences FlashInfer compares with tuples (`tuples`), and the values that make a call's body one
 # a CUDA graph cannot capture (`uncapturable`: seed "none" where it is None, check_nan "true"
-# where it is true): such a call is the op NAME_uncapturable, tagged cudagraph_unsafe.
+# where it is true): such a call is the op NAME_uncapturable, tagged cudagraph_unsafe. An entry
+# point that returns nothing and writes its parameters (`writes`: concat_mla_k's k) is an op that
+# declares them written and returns nothing.
 class _FiPatchBoundary(object):
     def __init__(self, name: "str", fn: "Any") -> "None":
         self.name = name
@@ -56,6 +58,7 @@ class _FiPatchBoundary(object):
         self.routed: "Any" = None
         self.tuples: "Tuple[str, ...]" = ()
         self.uncapturable: "Dict[str, str]" = {}
+        self.writes: "Tuple[str, ...]" = ()
 
 
 # A parameter the caller must pass: it has no default.
@@ -85,9 +88,11 @@ def _fi_patch_boundary(
     returns_when: "str" = "",
     only: "Optional[Dict[str, Any]]" = None,
     uncapturable: "Optional[Dict[str, str]]" = None,
+    writes: "Tuple[str, ...]" = (),
 ) -> "Any":
     entry = _FiPatchBoundary(name, fn)
     entry.flag = returns_when
+    entry.writes = tuple(writes)
     entry.only = dict(only or {})
     entry.uncapturable = dict(uncapturable or {})
     _fi_patch_boundaries[name] = entry
@@ -134,6 +139,10 @@ def _fi_patch_make_boundary(
         return
     if entry.flag and (entry.flag not in entry.names or returns < 2):
         entry.reason = "it has no flag %s that returns %d outputs" % (entry.flag, returns)
+        return
+    unwritable = [w for w in entry.writes if w not in [p.name for p in typed]]
+    if unwritable:
+        entry.reason = "it has no tensor parameter %s to write" % ", ".join(unwritable)
         return
     # A parameter the op carries one value of, where this text has it (backend from 0.6.8).
     entry.only = {k: v for k, v in entry.only.items() if k in entry.names}
@@ -238,7 +247,9 @@ def _fi_patch_tags(uncapturable: "bool" = False) -> "Tuple[Any, ...]":
 
 
 # fi_patch::NAME (and NAME_out, NAME_uncapturable where the entry point has them), each calling
-# the entry point eagerly with the arguments joined again, with the fake and no autograd.
+# the entry point eagerly with the arguments joined again, with the fake and no autograd. Where
+# the entry point writes its parameters (`entry.writes`), fi_patch::NAME declares them written and
+# returns nothing.
 def _fi_patch_make_ops(
     entry: "_FiPatchBoundary",
     typed: "List[Any]",
@@ -252,7 +263,9 @@ def _fi_patch_make_ops(
     import typing
 
     fn, passed = entry.fn, [p.name for p in typed]
-    result = torch.Tensor if returns == 1 else typing.Tuple[(torch.Tensor,) * returns]
+    result: "Any" = torch.Tensor if returns == 1 else typing.Tuple[(torch.Tensor,) * returns]
+    if entry.writes:
+        result = None
 
     def run(*values: "Any") -> "Any":
         return fn(**_fi_patch_arguments(entry, passed, values))
@@ -261,7 +274,7 @@ def _fi_patch_make_ops(
         return fake(_fi_patch_joined(entry, passed, values), rule, check)
 
     run.__signature__ = inspect.Signature(typed, return_annotation=result)  # type: ignore[attr-defined]
-    made: "List[Tuple[str, Any, Tuple[str, ...], bool]]" = [("", run, (), False)]
+    made: "List[Tuple[str, Any, Tuple[str, ...], bool]]" = [("", run, entry.writes, False)]
     if entry.uncapturable:
         made.append(("_uncapturable", run, (), True))
     if out:
@@ -879,6 +892,17 @@ def _fi_patch_fake_renorm(values: "Dict[str, Any]", rule: "str", check: "Any") -
     return torch.empty_like(given)
 
 
+# concat_mla_k (flashinfer/concat_ops.py): writes k, returns nothing. The rule is the backends the
+# release has: "default" (0.6.0 to 0.6.18.post1: the kernel alone) or "backends" (0.7.0 on:
+# ValueError for a backend other than "default" and "cake"). The kernel's checks of the shapes and
+# dtypes, and the cake backend's own, run in the op.
+def _fi_patch_fake_concat_mla_k(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    backend = values.get("backend", "default")
+    if rule == "backends" and backend not in ("default", "cake"):
+        raise ValueError("unsupported concat_mla_k backend: %r" % (backend,))
+    return None
+
+
 _FiPatchFake = Callable[[Dict[str, Any], str, Any], Any]
 
 # The rules each fake knows: a patch naming another is refused when the registry loads it, and
@@ -896,6 +920,7 @@ _fi_patch_boundary_rules = {
     "block_scale_interleave": ("allocated",),
     "sampling": ("allocated",),
     "renorm": ("float32", "workspace", "input-dtype"),
+    "concat_mla_k": ("default", "backends"),
 }
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
@@ -911,4 +936,5 @@ _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "block_scale_interleave": _fi_patch_fake_block_scale_interleave,
     "sampling": _fi_patch_fake_sampling,
     "renorm": _fi_patch_fake_renorm,
+    "concat_mla_k": _fi_patch_fake_concat_mla_k,
 }

@@ -37,6 +37,8 @@ def forms(torch, f, name):
         return _sampling(torch, f, fn, name)
     if name in RENORMS:
         return _renorm(torch, f, fn, name)
+    if name == "concat_mla_k":
+        return _concat_mla_k(torch)
     return None, None
 
 
@@ -273,6 +275,37 @@ def _block_scale_interleave(torch, f, fn):
         calls.append(("out=", lambda x, o: fn(x, out=o), out, None))
         wrong = (out[0], _meta(torch, 512, dtype=uint8))
         refused.append(("out of the wrong size", lambda x, o: fn(x, out=o), wrong))
+    return calls, refused
+
+
+def _concat_mla_k(torch):
+    """concat_mla_k (flashinfer.concat_ops', which flashinfer does not export) writes k and
+    returns nothing: each form returns k, so that the eager call, the op and its fake are
+    compared on what the call leaves in k. Called as vLLM's op calls it (positionally, k fresh),
+    by keyword, over a dynamic token count; refused: another backend (0.7.0 on)."""
+    import inspect
+
+    import flashinfer.concat_ops as concat_ops
+
+    def fn(*args, **kwargs):
+        concat_ops.concat_mla_k(*args, **kwargs)
+        return args[0] if args else kwargs["k"]
+
+    def parts(tokens):
+        return (
+            _meta(torch, tokens, 16, 192),
+            _meta(torch, tokens, 16, 128),
+            _meta(torch, tokens, 1, 64),
+        )
+
+    calls = [
+        ("positional", lambda k, n, r: fn(k, n, r), parts(8), None),
+        ("by keyword", lambda k, n, r: fn(k=k, k_nope=n, k_rope=r), parts(8), None),
+        ("a dynamic token count", lambda k, n, r: fn(k, n, r), parts(24), 0),
+    ]
+    refused = []
+    if "backend" in inspect.signature(concat_ops.concat_mla_k).parameters:
+        refused.append(("another backend", lambda k, n, r: fn(k, n, r, backend="tile"), parts(8)))
     return calls, refused
 
 
