@@ -43,6 +43,7 @@ from tests.support.releases import (
     MM_FP8,
     MXFP8,
     OP_BOUNDARY,
+    ROUTING_DSV3,
     SAMPLING,
     SILU,
     SILU_EXPERTS,
@@ -51,6 +52,7 @@ from tests.support.releases import (
     TOP_K_TOP_P,
     TOP_P,
     TOP_P_RENORM,
+    TOPK_DEEPSEEK,
     release,
     released_text,
 )
@@ -80,6 +82,7 @@ ENTRY_POINTS = {
     TOP_K_RENORM: "top_k_renorm_probs",
     TOP_P_RENORM: "top_p_renorm_probs",
     CONCAT: "concat_mla_k",
+    TOPK_DEEPSEEK: "fused_topk_deepseek",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -134,6 +137,11 @@ PROVEN = {
     ),
     # It writes k and returns nothing; the backend it refuses arrives in 0.7.0 (ONLY_FROM).
     "concat_mla_k": ("positional, by keyword, a dynamic token count", "another backend"),
+    # It writes its outputs and returns nothing; routing_replay_out from 0.6.8 (BEFORE).
+    "fused_topk_deepseek": (
+        "positional, by keyword, routing_replay_out, a dynamic token count",
+        "topk 9",
+    ),
     # out= from 0.7.2.post1: the proof adds its forms where the function takes it.
     "block_scale_interleave": (
         "positional, by keyword, 3-D bfloat16, by its other name, a dynamic dimension",
@@ -148,9 +156,16 @@ NEWER_FORMS = {
     "top_k_renorm_probs": (", is_deterministic", ""),
 }
 
-# What a proof names in place of its refused inputs on releases before the one the input's
-# check arrives in.
-ONLY_FROM = {"concat_mla_k": ("0.7.0", "it refuses no input before its kernel")}
+# What a proof shows on releases before the one a form or a refusal arrives in: (that release,
+# the forms, the refused inputs).
+BEFORE = {
+    "concat_mla_k": (
+        "0.7.0",
+        "positional, by keyword, a dynamic token count",
+        "it refuses no input before its kernel",
+    ),
+    "fused_topk_deepseek": ("0.6.8", "positional, by keyword, a dynamic token count", "topk 9"),
+}
 
 
 def test_each_patch_names_its_entry_point_and_an_op_of_the_same_name() -> None:
@@ -345,6 +360,7 @@ print(json.dumps({
     "min_p schema": str(torch.ops.fi_patch.min_p_sampling_from_probs.default._schema),
     "renorm schema": str(torch.ops.fi_patch.top_p_renorm_probs.default._schema),
     "concat schema": str(torch.ops.fi_patch.concat_mla_k.default._schema),
+    "routing schema": str(torch.ops.fi_patch.fused_topk_deepseek.default._schema),
     "renormed": graph(lambda p: flashinfer.sampling.top_k_renorm_prob(p, k), p),
     "samples": graph(lambda p: flashinfer.top_k_sampling_from_probs(p, 5, seed=1, offset=0), p),
     "samples and valid": graph(
@@ -376,7 +392,7 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     venv = create_venv(tmp_path / "venv")
     install(venv, release(version))
     use(venv, shared(CUDA_TORCH))
-    written = (ACTIVATION, GEMM, FP4, FP8_QUANT, SAMPLING, CONCAT_OPS)
+    written = (ACTIVATION, GEMM, FP4, FP8_QUANT, SAMPLING, CONCAT_OPS, ROUTING_DSV3)
     originals = {f: released_text(release(version), f) for f in written}
     named = [x for p in (DECLARED, *BOUNDARIES) for x in ("--patch", p)]
 
@@ -397,8 +413,8 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         forms, refused = PROVEN[key]
         if key in NEWER_FORMS and version == "0.7.4":
             forms, refused = forms + NEWER_FORMS[key][0], refused + NEWER_FORMS[key][1]
-        if key in ONLY_FROM and Version(version) < Version(ONLY_FROM[key][0]):
-            refused = ONLY_FROM[key][1]
+        if key in BEFORE and Version(version) < Version(BEFORE[key][0]):
+            forms, refused = BEFORE[key][1:]
         assert proofs["after"]["summary"] == (
             f"passes ({name} traces to one fi_patch op per call ({forms}), runs as it is "
             f"eagerly, and its op and the op's fake give the eager call's shapes, strides, "
@@ -479,6 +495,15 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     # concat_mla_k's op writes k and returns nothing, as the function does.
     assert seen["concat schema"] == (
         "fi_patch::concat_mla_k(Tensor(a0!) k, Tensor k_nope, Tensor k_rope"
+        + (", str backend" if version in ("0.7.0", "0.7.4") else "")
+        + ") -> ()"
+    )
+    # fused_topk_deepseek's op writes the outputs it is given, routing_replay_out where given.
+    assert seen["routing schema"] == (
+        "fi_patch::fused_topk_deepseek(Tensor scores, Tensor bias, SymInt n_group, "
+        "SymInt topk_group, SymInt topk, float routed_scaling_factor, Tensor(a6!) topk_values, "
+        "Tensor(a7!) topk_indices, bool launch_with_pdl"
+        + (", Tensor(a9!)? routing_replay_out" if version != "0.6.7.post2" else "")
         + (", str backend" if version in ("0.7.0", "0.7.4") else "")
         + ") -> ()"
     )

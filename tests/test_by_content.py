@@ -44,6 +44,7 @@ from tests.support.releases import (
     TARGET,
     TOP_K_RENORM,
     TOP_P_RENORM,
+    TOPK_DEEPSEEK,
     UNDER_COMPILE,
     fetch,
     released_text,
@@ -67,6 +68,7 @@ PRE_RELEASES = {
         MASK,
         TOP_K_RENORM,
         TOP_P_RENORM,
+        TOPK_DEEPSEEK,
     ),
     "0.7.2rc6": (LOGGING, CUDA, DECLARED, DECLARED_FAKE, UNDER_COMPILE, *BOUNDARIES),
 }

@@ -133,10 +133,12 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         # GEMMs live in flashinfer/gemm.py, not gemm/gemm_base.py, and its quantizers in
         # flashinfer/fp4_quantization.py and fp8_quantization.py, not flashinfer/quantization/;
         # its samplers are older texts too (the op boundaries cover 0.6.7 on, the renorm
-        # samplers 0.6.0 on); it has no flashinfer/concat_ops.py (0.6.0 on).
+        # samplers 0.6.0 on); it has no flashinfer/concat_ops.py (0.6.0 on), and no
+        # fused_topk_deepseek (0.6.0 on).
         f"{venv}: op-block-scale-interleave not-applicable",
         f"{venv}: op-bmm-fp8 not-applicable",
         f"{venv}: op-concat-mla-k not-applicable",
+        f"{venv}: op-fused-topk-deepseek not-applicable",
         f"{venv}: op-gelu-and-mul not-applicable",
         f"{venv}: op-gelu-tanh-and-mul not-applicable",
         f"{venv}: op-min-p-sampling-from-probs not-applicable",

@@ -49,6 +49,7 @@ FAMILIES = (
     "sampling",
     "quantizers",
     "gemms",
+    "experts",
     "grad",
     "logging",
     "model",

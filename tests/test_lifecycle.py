@@ -44,6 +44,7 @@ from tests.support.releases import (
     MXFP8,
     OP_BOUNDARY,
     RELEASES,
+    ROUTING_DSV3,
     SAMPLING,
     TARGET,
     TOP_K,
@@ -51,6 +52,7 @@ from tests.support.releases import (
     TOP_K_TOP_P,
     TOP_P,
     TOP_P_RENORM,
+    TOPK_DEEPSEEK,
     UNDER_COMPILE,
     UNKNOWN_IN,
     UTILS,
@@ -159,7 +161,10 @@ def test_not_applicable_release(runner: CliRunner, venv_with: MakeVenv, version:
 def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.6.18.post1")
     site = site_packages(venv)
-    written = (TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT, SAMPLING, API_LOGGING, CONCAT_OPS)
+    written = (
+        *(TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT, SAMPLING, API_LOGGING),
+        *(CONCAT_OPS, ROUTING_DSV3),
+    )
     originals = {f: (site / f).read_bytes() for f in written}
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     store = venv / ".fi-patch"
@@ -195,6 +200,8 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
         (TOP_P, "0.6.13"),
     ]
     assert [(p["id"], p["shape"]) for p in records[CONCAT_OPS]["patches"]] == [(CONCAT, "0.6.10")]
+    routing = [(p["id"], p["shape"]) for p in records[ROUTING_DSV3]["patches"]]
+    assert routing == [(TOPK_DEEPSEEK, "0.6.10")]
     assert [(p["id"], p["shape"]) for p in records[UTILS]["patches"]] == [
         (DECLARED, "no-op"),
         (DECLARED_FAKE, "no-op"),

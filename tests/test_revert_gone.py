@@ -28,6 +28,7 @@ from tests.support.releases import (
     FP8_QUANT,
     GEMM,
     RELEASES,
+    ROUTING_DSV3,
     SAMPLING,
     TARGET,
     UTILS,
@@ -88,7 +89,17 @@ def test_a_deleted_file_is_never_cleared_by_a_revert_of_another_patch(
     assert patch_result(run.json, CUDA)["action"] == "reverted"
     assert target_file(venv).read_bytes() == released_text(RELEASES["0.7.0"], TARGET)
     assert not fp4_file(venv).exists()
-    others = (ACTIVATION, API_LOGGING, CONCAT_OPS, GEMM, FP4, FP8_QUANT, SAMPLING, UTILS)
+    others = (
+        ACTIVATION,
+        API_LOGGING,
+        CONCAT_OPS,
+        GEMM,
+        FP4,
+        FP8_QUANT,
+        ROUTING_DSV3,
+        SAMPLING,
+        UTILS,
+    )
     assert sorted(r["relpath"] for r in records(venv)) == sorted(others)
     originals = {
         relpath: hashlib.sha256(released_text(RELEASES["0.7.0"], relpath)).hexdigest()
@@ -141,7 +152,17 @@ def test_revert_of_one_patch_reports_the_records_it_tidies(
     assert run.code == ExitCode.OK, run.stdout
     files = {f["relpath"]: f["action"] for f in run.json["results"][0]["files"]}
     # The reinstall put the other files' originals back too.
-    others = (FP4, UTILS, ACTIVATION, API_LOGGING, CONCAT_OPS, GEMM, FP8_QUANT, SAMPLING)
+    others = (
+        FP4,
+        UTILS,
+        ACTIVATION,
+        API_LOGGING,
+        CONCAT_OPS,
+        GEMM,
+        FP8_QUANT,
+        ROUTING_DSV3,
+        SAMPLING,
+    )
     tidied = dict.fromkeys(others, "tidied")
     assert files == {TARGET: "reverted", **tidied}
     assert FORWARDING not in {p["patch"] for p in run.json["results"][0]["patches"]}

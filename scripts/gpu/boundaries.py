@@ -8,10 +8,10 @@ Run it with the target environment's own python, after `fi-patch apply` there:
 
 (`make gpu-check TARGET=/root/ml-env` runs it after the other GPU scripts.) For each entry point an
 op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantizers, the samplers with
-seed and offset given, the renorm samplers on bfloat16 input, concat_mla_k), called without and with
-`out=` where it takes it, it compares `torch.compile(fullgraph=True)` (the default backend,
-Inductor) with the eager call, bit for bit; then captures the compiled function in a CUDA graph,
-replays it on new input, and compares again.
+seed and offset given, the renorm samplers on bfloat16 input, concat_mla_k, fused_topk_deepseek),
+called without and with `out=` where it takes it, it compares `torch.compile(fullgraph=True)` (the
+default backend, Inductor) with the eager call, bit for bit; then captures the compiled function in
+a CUDA graph, replays it on new input, and compares again.
 The samplers also compile with mode="reduce-overhead" (Inductor's own CUDA graphs): with seed and
 offset tensors each call equals eager; without them the op (tagged cudagraph_unsafe) runs out of
 the graphs, and two calls on one input draw anew, as eager's do.
@@ -114,6 +114,7 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
     yield from quantizers(torch, f, t)
     yield from samplers(torch, f)
     yield from mla(torch, f, t)
+    yield from moe_routing(torch, f)
 
 
 def mla(torch, f, t):  # type: ignore[no-untyped-def]
@@ -330,6 +331,30 @@ def quantizers(torch, f, t):  # type: ignore[no-untyped-def]
                 (unswizzled, flat),
                 interleave_into,
             )
+
+
+def moe_routing(torch, f):  # type: ignore[no-untyped-def]
+    """fused_topk_deepseek (0.6.0 on), writing the weights and experts, as SGLang's op calls it:
+    DeepSeek-V3's 256 experts in 8 groups, 4 groups chosen, top 8, float32 router logits."""
+    fused = getattr(getattr(f, "fused_moe", None), "fused_topk_deepseek", None)
+    if fused is None:
+        return
+
+    def route(scores, bias, values, indices):  # type: ignore[no-untyped-def]
+        fused(scores, bias, 8, 4, 8, 2.5, values, indices, True)
+        return values, indices
+
+    yield (
+        "fused_topk_deepseek",
+        "fused_topk_deepseek",
+        (
+            lambda: torch.randn(128, 256, device="cuda"),
+            lambda: torch.randn(256, device="cuda") * 0.1,
+            lambda: torch.empty(128, 8, device="cuda"),
+            lambda: torch.empty(128, 8, dtype=torch.int32, device="cuda"),
+        ),
+        route,
+    )
 
 
 def run(torch, flashinfer):  # type: ignore[no-untyped-def]

@@ -73,6 +73,7 @@ def families(f):
             ("sampling", _sampling),
             ("quantizers", _quantizers),
             ("gemms", _gemms),
+            ("experts", _experts),
             ("grad", _grad),
             ("logging", _logging),
             ("model", _model),
@@ -369,6 +370,48 @@ def _quantised_rope(f, cache):
             op,
         ),
     }
+
+
+def _experts(f):
+    """The MoE path's routing: fused_topk_deepseek (flashinfer.fused_moe's, 0.6.0 on) writing the
+    weights and experts of DeepSeek-V3's grouped top-k, as SGLang's op calls it, with
+    routing_replay_out where the release takes it (0.6.8 on), over a dynamic token count."""
+    fused = getattr(getattr(f, "fused_moe", None), "fused_topk_deepseek", None)
+    if fused is None:
+        return {}
+    op = ("fi_patch.fused_topk_deepseek",)
+
+    def problem(tokens=6, seed=0):
+        return [
+            _random(tokens, 256, seed=seed, dtype=torch.float32),
+            _random(256, seed=seed + 1, dtype=torch.float32) * 0.1,
+            torch.zeros(tokens, 8, dtype=torch.float32),
+            torch.zeros(tokens, 8, dtype=torch.int32),
+        ]
+
+    def route(scores, bias, values, indices, *replay):
+        kwargs = {"routing_replay_out": replay[0]} if replay else {}
+        fused(scores, bias, 8, 4, 8, 2.5, values, indices, False, **kwargs)
+
+    cases = {
+        "fused_topk_deepseek as SGLang calls it": Case(route, problem, op, written=(2, 3)),
+        "fused_topk_deepseek, a dynamic token count": Case(
+            route,
+            problem,
+            op,
+            written=(2, 3),
+            mark_dynamic=((0, 0), (2, 0), (3, 0)),
+            again=(lambda: problem(11, seed=4),),
+        ),
+    }
+    if _has(fused, "routing_replay_out"):
+        cases["fused_topk_deepseek with routing_replay_out"] = Case(
+            route,
+            lambda: [*problem(), torch.zeros(16, 8, dtype=torch.int16)],
+            op,
+            written=(2, 3, 4),
+        )
+    return cases
 
 
 def _cascade(f):

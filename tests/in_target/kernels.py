@@ -196,6 +196,34 @@ def _concat_mla_k(k, k_nope, k_rope, *rest):
     k[..., nope:].copy_(k_rope.expand(*k_nope.shape[:-1], k_rope.shape[-1]))
 
 
+# --- MoE routing ---------------------------------------------------------------------------
+
+
+def _no_aux_tc(
+    scores, bias, n_group, topk_group, topk, scaling, values, indices, pdl=True, replay=None
+):
+    # DeepSeek-V3's routing: sigmoid scores plus the bias choose topk_group groups (each scored
+    # by its two best experts), then topk experts among them; the weights are the chosen sigmoid
+    # scores normalised and scaled.
+    sigmoid = torch.sigmoid(scores.float())
+    biased = sigmoid + bias.float()
+    tokens, experts = scores.shape
+    if n_group > 1:
+        grouped = biased.view(tokens, n_group, experts // n_group)
+        group_scores = grouped.topk(2, dim=-1).values.sum(-1)
+        chosen = group_scores.topk(topk_group, dim=-1).indices
+        keep = torch.zeros(tokens, n_group, dtype=torch.bool).scatter(1, chosen, True)
+        keep = keep[:, :, None].expand(-1, -1, experts // n_group).reshape(tokens, experts)
+        biased = biased.masked_fill(~keep, float("-inf"))
+    picked = biased.topk(topk, dim=-1).indices
+    weights = sigmoid.gather(1, picked)
+    weights = weights / weights.sum(-1, keepdim=True) * scaling
+    values.copy_(weights.to(values.dtype))
+    indices.copy_(picked.to(indices.dtype))
+    if replay is not None:
+        replay[:tokens].copy_(picked.to(replay.dtype))
+
+
 # --- cascade, paging, packbits ------------------------------------------------------------------
 
 
@@ -483,6 +511,7 @@ KERNELS = {
     "apply_rope_pos_ids_cos_sin_cache": _apply_rope_cos_sin_cache,
     "rope_quantize": _rope_quantize,
     "concat_mla_k": _concat_mla_k,
+    "NoAuxTc": _no_aux_tc,
     "merge_state": _merge_state,
     "merge_state_in_place": _merge_state_in_place,
     "merge_states": _merge_states,

@@ -59,6 +59,7 @@ MASK = "op-top-k-mask-logits"
 TOP_K_RENORM = "op-top-k-renorm-probs"
 TOP_P_RENORM = "op-top-p-renorm-probs"
 CONCAT = "op-concat-mla-k"
+TOPK_DEEPSEEK = "op-fused-topk-deepseek"
 QUANTIZERS = (INTERLEAVE, MXFP8, BATCHED, GROUPED, SILU_EXPERTS)
 """The op-boundary patches of the quantizers: silu_and_mul_scaled_nvfp4_experts_quantize in
 flashinfer/activation.py from 0.6.0; from 0.6.7 mxfp8_quantize in FP8_QUANT and the others in
@@ -67,6 +68,7 @@ BOUNDARIES = (
     INTERLEAVE,
     BMM_FP8,
     CONCAT,
+    TOPK_DEEPSEEK,
     GELU,
     GELU_TANH,
     MIN_P,
@@ -88,12 +90,14 @@ BOUNDARIES = (
 (flashinfer/activation.py, from 0.6.0), bmm_fp8 and mm_fp8 (from 0.6.0) and mm_fp4 (from 0.6.7)
 in flashinfer/gemm/gemm_base.py, QUANTIZERS, in flashinfer/sampling.py the samplers (MIN_P,
 TOP_K, TOP_K_TOP_P, TOP_P, from 0.6.7) and the renorm samplers (MASK, TOP_K_RENORM,
-TOP_P_RENORM, from 0.6.0), and concat_mla_k (CONCAT) in CONCAT_OPS, from 0.6.0."""
+TOP_P_RENORM, from 0.6.0), concat_mla_k (CONCAT) in CONCAT_OPS and fused_topk_deepseek
+(TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
 SAMPLING = "flashinfer/sampling.py"
 CONCAT_OPS = "flashinfer/concat_ops.py"
+ROUTING_DSV3 = "flashinfer/fused_moe/fused_routing_dsv3.py"
 LOGGING = "api-logging-under-compile"
 API_LOGGING = "flashinfer/api_logging.py"
 
@@ -377,21 +381,40 @@ BOUNDARY_SHA256 = {
 }
 
 
-# The shape of op-concat-mla-k and sha256[:12] of CONCAT_OPS in the releases below that have
-# it (from 0.6.0; not 0.6.0rc1), taken from the archives the index verified.
-CONCAT_SHAPES = {
-    "0.6.0": ("0.6.0", "8c4db483c4d9"),
-    "0.6.7": ("0.6.0", "8c4db483c4d9"),
-    "0.6.8": ("0.6.0", "8c4db483c4d9"),
-    "0.6.10": ("0.6.10", "866ab971c984"),
-    "0.6.11.post3": ("0.6.10", "f3009979faf9"),
-    "0.6.12": ("0.6.10", "f3009979faf9"),
-    "0.6.18.post1": ("0.6.10", "f3009979faf9"),
-    "0.7.0": ("0.7.0", "57181130b540"),
-    "0.7.1": ("0.7.0", "57181130b540"),
-    "0.7.1rc1": ("0.7.0", "57181130b540"),
-    "0.7.2rc6": ("0.7.0", "57181130b540"),
-    "0.7.4": ("0.7.0", "bcff8f92b08d"),
+# The shape of each op-* patch that holds a file of its own (op-concat-mla-k from 0.6.0, not in
+# 0.6.0rc1; op-fused-topk-deepseek from 0.6.0rc1) and sha256[:12] of that file, by release, taken
+# from the archives the index verified.
+OWN_FILES = {CONCAT: CONCAT_OPS, TOPK_DEEPSEEK: ROUTING_DSV3}
+OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
+    CONCAT: {
+        "0.6.0": ("0.6.0", "8c4db483c4d9"),
+        "0.6.7": ("0.6.0", "8c4db483c4d9"),
+        "0.6.8": ("0.6.0", "8c4db483c4d9"),
+        "0.6.10": ("0.6.10", "866ab971c984"),
+        "0.6.11.post3": ("0.6.10", "f3009979faf9"),
+        "0.6.12": ("0.6.10", "f3009979faf9"),
+        "0.6.18.post1": ("0.6.10", "f3009979faf9"),
+        "0.7.0": ("0.7.0", "57181130b540"),
+        "0.7.1": ("0.7.0", "57181130b540"),
+        "0.7.1rc1": ("0.7.0", "57181130b540"),
+        "0.7.2rc6": ("0.7.0", "57181130b540"),
+        "0.7.4": ("0.7.0", "bcff8f92b08d"),
+    },
+    TOPK_DEEPSEEK: {
+        "0.6.0": ("0.6.0", "4df000bfc9cd"),
+        "0.6.0rc1": ("0.6.0", "4df000bfc9cd"),
+        "0.6.7": ("0.6.1", "d90b3497de62"),
+        "0.6.8": ("0.6.8", "ca50fb7491d9"),
+        "0.6.10": ("0.6.10", "264fa73b7677"),
+        "0.6.11.post3": ("0.6.10", "264fa73b7677"),
+        "0.6.12": ("0.6.10", "264fa73b7677"),
+        "0.6.18.post1": ("0.6.10", "820cdd8887d8"),
+        "0.7.0": ("0.7.0", "17dca114bb33"),
+        "0.7.1": ("0.7.0", "17dca114bb33"),
+        "0.7.1rc1": ("0.7.0", "17dca114bb33"),
+        "0.7.2rc6": ("0.7.0", "029f8e836a9c"),
+        "0.7.4": ("0.7.0", "e21d3d9b5bce"),
+    },
 }
 
 
@@ -417,7 +440,7 @@ LOGGING_SHAPES = {
 def _declaring(r: Release) -> Release:
     """Every release on the index declares its ops with the same no-op register_custom_op and
     register_fake_op: both declared-ops patches apply to each. The op-* patches apply where
-    BOUNDARY_SHAPES (and CONCAT_SHAPES) says, api-logging-under-compile where LOGGING_SHAPES
+    BOUNDARY_SHAPES (and OWN_SHAPES) says, api-logging-under-compile where LOGGING_SHAPES
     does."""
     prefixes = {**r.sha256_prefixes, UTILS: UTILS_SHA256[r.version]}
     if r.version in BOUNDARY_SHA256:
@@ -427,8 +450,9 @@ def _declaring(r: Release) -> Release:
     shapes = {**r.shapes, **DECLARED_SHAPES, **BOUNDARY_SHAPES.get(r.version, {})}
     if r.version in LOGGING_SHAPES:
         shapes[LOGGING], prefixes[API_LOGGING] = LOGGING_SHAPES[r.version]
-    if r.version in CONCAT_SHAPES:
-        shapes[CONCAT], prefixes[CONCAT_OPS] = CONCAT_SHAPES[r.version]
+    for patch, relpath in OWN_FILES.items():
+        if r.version in OWN_SHAPES[patch]:
+            shapes[patch], prefixes[relpath] = OWN_SHAPES[patch][r.version]
     return replace(r, shapes=shapes, sha256_prefixes=prefixes)
 
 

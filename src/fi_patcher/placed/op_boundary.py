@@ -140,6 +140,8 @@ def _fi_patch_make_boundary(
     if entry.flag and (entry.flag not in entry.names or returns < 2):
         entry.reason = "it has no flag %s that returns %d outputs" % (entry.flag, returns)
         return
+    # The parameters it writes that this text has (routing_replay_out from 0.6.8).
+    entry.writes = tuple(w for w in entry.writes if w in entry.names)
     unwritable = [w for w in entry.writes if w not in [p.name for p in typed]]
     if unwritable:
         entry.reason = "it has no tensor parameter %s to write" % ", ".join(unwritable)
@@ -903,6 +905,20 @@ def _fi_patch_fake_concat_mla_k(values: "Dict[str, Any]", rule: "str", check: "A
     return None
 
 
+# fused_topk_deepseek (flashinfer/fused_moe/fused_routing_dsv3.py): writes topk_values,
+# topk_indices and (0.6.8 on) routing_replay_out, returns nothing. FlashInfer's own check
+# (_check_dsv3_fused_routing_supported, @backend_requirement's common check: the groups, topk and
+# the experts per group within the kernel's limits; from 0.6.8 routing_replay_out int16 of topk
+# columns and enough rows; from 0.7.2 every tensor contiguous: ValueError) runs on the fake
+# tensors, the same rule "checked" in every release. The device's capability and the backend's
+# own check (0.7: cake) run in the op.
+def _fi_patch_fake_fused_topk_deepseek(
+    values: "Dict[str, Any]", rule: "str", check: "Any"
+) -> "Any":
+    _fi_patch_checked_problem(check, values)
+    return None
+
+
 _FiPatchFake = Callable[[Dict[str, Any], str, Any], Any]
 
 # The rules each fake knows: a patch naming another is refused when the registry loads it, and
@@ -921,6 +937,7 @@ _fi_patch_boundary_rules = {
     "sampling": ("allocated",),
     "renorm": ("float32", "workspace", "input-dtype"),
     "concat_mla_k": ("default", "backends"),
+    "fused_topk_deepseek": ("checked",),
 }
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
@@ -937,4 +954,5 @@ _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "sampling": _fi_patch_fake_sampling,
     "renorm": _fi_patch_fake_renorm,
     "concat_mla_k": _fi_patch_fake_concat_mla_k,
+    "fused_topk_deepseek": _fi_patch_fake_fused_topk_deepseek,
 }

@@ -39,6 +39,8 @@ def forms(torch, f, name):
         return _renorm(torch, f, fn, name)
     if name == "concat_mla_k":
         return _concat_mla_k(torch)
+    if name == "fused_topk_deepseek":
+        return _fused_topk_deepseek(torch, f)
     return None, None
 
 
@@ -309,6 +311,57 @@ def _concat_mla_k(torch):
     return calls, refused
 
 
+def _fused_topk_deepseek(torch, f):
+    """fused_topk_deepseek (flashinfer.fused_moe's) writes topk_values, topk_indices and, where
+    given, routing_replay_out, and returns nothing: each form returns what it wrote. Called as
+    SGLang's op calls it (DeepSeek-V3's 256 experts in 8 groups, 4 of them chosen, top 8,
+    positionally), by keyword, with routing_replay_out (0.6.8 on), over a dynamic token count;
+    refused: a topk above the kernel's 8."""
+    import inspect
+
+    def fn(scores, bias, values, indices, *replay, topk=8, n_group=8, **kwargs):
+        if replay:
+            kwargs["routing_replay_out"] = replay[0]
+        f.fused_moe.fused_topk_deepseek(
+            scores, bias, n_group, 4, topk, 2.5, values, indices, **kwargs
+        )
+        return (values, indices, *replay)
+
+    def problem(tokens, topk=8):
+        return (
+            _meta(torch, tokens, 256, dtype=torch.float32),
+            _meta(torch, 256, dtype=torch.float32),
+            _meta(torch, tokens, topk, dtype=torch.float32),
+            _meta(torch, tokens, topk, dtype=torch.int32),
+        )
+
+    def by_keyword(scores, bias, values, indices):
+        f.fused_moe.fused_topk_deepseek(
+            scores=scores,
+            bias=bias,
+            n_group=8,
+            topk_group=4,
+            topk=8,
+            routed_scaling_factor=2.5,
+            topk_values=values,
+            topk_indices=indices,
+            launch_with_pdl=False,
+        )
+        return values, indices
+
+    calls = [
+        ("positional", fn, problem(16), None),
+        ("by keyword", by_keyword, problem(16), None),
+        ("a dynamic token count", fn, problem(40), 0),
+    ]
+    parameters = inspect.signature(f.fused_moe.fused_topk_deepseek).parameters
+    if "routing_replay_out" in parameters:
+        replay = (*problem(16), _meta(torch, 64, 8, dtype=torch.int16))
+        calls.insert(2, ("routing_replay_out", fn, replay, None))
+    refused = [("topk 9", lambda *a: fn(*a, topk=9), problem(16, topk=9))]
+    return calls, refused
+
+
 FORMS = {
     "silu_and_mul": _activation,
     "gelu_and_mul": _activation,
@@ -521,6 +574,9 @@ def stand_ins(torch, name):
             return torch.zeros(num_bytes, dtype=torch.uint8, device=device)
 
         return {"get_sampling_module": BUILT, "_get_row_states_buffer": row_states}
+    if name == "fused_topk_deepseek":
+        # @backend_requirement asks the device's capability first.
+        return {"get_compute_capability": lambda device: (10, 0)}
     if name not in ("mm_fp4", "bmm_fp8", "mm_fp8"):
         return {}
 
@@ -730,19 +786,17 @@ def _instead(entry, call):
     there, as a caller's `flashinfer.NAME(...)` does)."""
     import sys
 
-    import flashinfer
-
     if entry.traced is None or entry.routed is None:
         return ("raises", "no traced path")
-    # Every name flashinfer and the entry point's module give it: nvfp4_block_scale_interleave
-    # is block_scale_interleave, flashinfer.sampling.top_p_renorm_prob is top_p_renorm_probs.
-    module = sys.modules.get(getattr(entry.fn, "__module__", ""), flashinfer)
-    names = [
-        (space, k)
-        for space in {flashinfer, module}
-        for k, v in vars(space).items()
-        if v is entry.routed
+    # Every name FlashInfer's modules give it: nvfp4_block_scale_interleave is
+    # block_scale_interleave, flashinfer.sampling.top_p_renorm_prob is top_p_renorm_probs,
+    # flashinfer.fused_moe re-exports fused_topk_deepseek.
+    spaces = [
+        m
+        for name, m in list(sys.modules.items())
+        if m is not None and (name == "flashinfer" or name.startswith("flashinfer."))
     ]
+    names = [(space, k) for space in spaces for k, v in vars(space).items() if v is entry.routed]
     for space, name in names:
         setattr(space, name, entry.traced)
     try:
