@@ -326,6 +326,18 @@ p = torch.empty(4, 128, device="meta")
 t = torch.empty(4, device="meta")
 k = torch.empty(4, dtype=torch.int32, device="meta")
 generator = torch.Generator()
+# fused_topk_deepseek's @backend_requirement takes skip_check=True, which its signature does not
+# show: eagerly as before (its kernel module stood in), and under compile a TypeError naming it.
+import types, flashinfer.fused_moe.fused_routing_dsv3 as dsv3
+dsv3.get_dsv3_fused_routing_module = lambda *a, **k: types.SimpleNamespace(NoAuxTc=lambda *a: None)
+routed = (torch.randn(2, 256), torch.randn(256), torch.empty(2, 8), torch.empty(2, 8).int())
+def skip_check(scores, bias, values, indices):
+    fused = flashinfer.fused_moe.fused_topk_deepseek
+    return fused(scores, bias, 8, 4, 8, 2.5, values, indices, skip_check=True)
+try:
+    skipped = ["returns", skip_check(*routed)]
+except Exception as exc:
+    skipped = [type(exc).__name__, str(exc)]
 print(json.dumps({
     "ready": {name: e.ready for name, e in sorted(utils._fi_patch_boundaries.items())},
     "schema": str(torch.ops.fi_patch.silu_and_mul.default._schema),
@@ -375,6 +387,7 @@ print(json.dumps({
         is utils._fi_patch_boundaries["block_scale_interleave"].routed
     ),
     "dynamo imported": dynamo,
+    "skip_check": [skipped, refusal(skip_check, *routed)],
 }))
 """
 
@@ -524,6 +537,10 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     )
     assert seen["one function by two names"] is True
     assert seen["dynamo imported"] is False
+    assert seen["skip_check"] == [
+        ["returns", None],
+        "\"fused_topk_deepseek() got an unexpected keyword argument 'skip_check'\")",
+    ]
 
     reverted = fi_patch(runner, "revert", "--venv", venv)
     assert reverted.code == ExitCode.OK, reverted.stdout

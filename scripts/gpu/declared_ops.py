@@ -219,7 +219,12 @@ def run(torch, flashinfer):  # type: ignore[no-untyped-def]
         entry = declared.get("flashinfer::" + op)
         home = flashinfer.rope if name == "mla_rope_quantize_fp8" else flashinfer
         ready = hasattr(home, name) and entry is not None and entry.ready
-        reason = entry.reason if entry is not None else "not in this release"
+        if entry is None:
+            reason = "not in this release"
+        elif not hasattr(home, name):
+            reason = f"{home.__name__} does not export {name} in this release"
+        else:
+            reason = entry.reason
         made.append((name, ready, reason, makers, fn))
     return check_made(torch, made)
 

@@ -271,8 +271,12 @@ def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
         problems.append(f"op {boundary.op!r} is not a name")
     if boundary.returns < 1 and not boundary.writes:
         problems.append("an op boundary returns one tensor or more, or writes its parameters")
-    if boundary.writes and (boundary.returns or boundary.out or boundary.returns_when):
-        problems.append("writes = [...] needs returns = 0, and no out or returns_when")
+    if boundary.writes and (
+        boundary.returns or boundary.out or boundary.returns_when or boundary.uncapturable
+    ):
+        problems.append(
+            "writes = [...] needs returns = 0, and no out, returns_when or uncapturable"
+        )
     problems += [
         f"writes: {w!r} is not a parameter name" for w in boundary.writes if not w.isidentifier()
     ]

@@ -136,10 +136,16 @@ def _opchecked(case):
 
 
 def _again(case, compiled_fn):
-    """What differs when the compiled function runs on inputs of other sizes."""
+    """What differs when the compiled function runs on inputs of other sizes: its outputs, and
+    the inputs it writes."""
     for call in case.again:
         again = fresh(call())
-        found = compare(case.fn(*fresh(again)), compiled_fn(*again), "output of another batch")
+        expected_inputs = fresh(again)
+        found = compare(case.fn(*expected_inputs), compiled_fn(*again), "output of another batch")
+        for index in case.written:
+            found = found or compare(
+                expected_inputs[index], again[index], f"input {index} of another batch"
+            )
         if found:
             return found
     return ""

@@ -33,6 +33,7 @@ class _FiPatchDeclaration(object):
         self.ready = False
         self.reason = ""
         self.traced = None
+        self.split = {}
         self.routed = None
 
 
@@ -80,10 +81,11 @@ def _fi_patch_declare(name, fn, mutates_args, device_types, schema, at_module_le
     if untyped:
         entry.reason = "torch cannot make it an op: %s" % untyped
         return fn
-    if split and (schema is not None or set(split) & set(mutates)):
-        entry.reason = "torch cannot make it an op: its tensor-or-number %s is %s" % (
+    refused = _fi_patch_unsplittable(fn, split, mutates, schema)
+    if refused:
+        entry.reason = "torch cannot make it an op: its tensor-or-number %s %s" % (
             ", ".join(split),
-            "written" if schema is None else "typed by its declared schema",
+            refused,
         )
         return fn
     try:
@@ -114,12 +116,8 @@ def _fi_patch_declared_op(entry, mutates, device_types, schema, split):
     )
     entry.custom = custom
     entry.op = getattr(torch.ops.fi_patch_declared, short)
-    op = entry.op
-
-    def traced(*args, **kwargs):
-        return op(*args, **kwargs)
-
-    entry.traced = _fi_patch_split_call(entry.fn, op, split) if split else traced
+    entry.split = split
+    entry.traced = _fi_patch_split_call(entry.fn, entry.op, split) if split else entry.op
     if not entry.op.default._schema.returns:
         custom.register_fake(_fi_patch_nothing)
         entry.ready = True
@@ -163,6 +161,24 @@ def _fi_patch_split(fn):
         if parameter != "return" and number is not None:
             split[parameter] = number
     return split
+
+
+# Why a split parameter cannot be split, or "": the op would write it, FlashInfer types the op by
+# a schema of its own, or the function takes parameters the op's body cannot pass by name.
+def _fi_patch_unsplittable(fn, split, mutates, schema):
+    import inspect
+
+    if not split:
+        return ""
+    if set(split) & set(mutates):
+        return "is written"
+    if schema is not None:
+        return "is typed by its declared schema"
+    kinds = [p.kind for p in inspect.signature(fn).parameters.values()]
+    simple = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if any(kind not in simple for kind in kinds):
+        return "comes with positional-only or variadic parameters"
+    return ""
 
 
 # The op's body where a parameter is split: FlashInfer's function, called with the parameter one
@@ -256,6 +272,13 @@ def _fi_patch_fake_op(name, fn):
             entry.custom.register_fake(_fi_patch_declared_fakes[name])
             entry.reason = "FlashInfer's fake is replaced by fi-patch's: %s" % own
             entry.ready = True
+        elif entry.split:
+            # FlashInfer's fake takes each split parameter as one: fi-patch's stands where the
+            # op returns nothing, and none where it returns tensors.
+            entry.reason = "its declared fake takes %s as one parameter%s" % (
+                ", ".join(entry.split),
+                "" if entry.op.default._schema.returns else ": fi-patch's fake stands in",
+            )
         elif _fi_patch_fits(function, entry):
             entry.custom.register_fake(function)
             entry.reason = ""

@@ -455,12 +455,19 @@ def _fi_patch_routing(entry: "Any") -> "Any":
 
 
 # The routing function itself, with the function's parameters (their defaults the function's own
-# objects) where its signature is known, else with *args and **kwargs. What it calls are cells of
-# its closure, not globals: Dynamo before torch 2.14 reads a traced function's globals from the
+# objects) where its signature is known, else with *args and **kwargs. A @backend_requirement
+# wrapper takes a keyword its signature does not show (skip_check=True): the routing function
+# passes such keywords on, so that the eager call takes them as before, and a traced call's
+# binding refuses them with a TypeError that names them. What it calls are cells of its
+# closure, not globals: Dynamo before torch 2.14 reads a traced function's globals from the
 # module its __name__ names (here FlashInfer's), not from the function's own namespace.
 def _fi_patch_routed(entry: "Any", signature: "Any") -> "Any":
     defaults: "Dict[str, Any]" = {}
     declared, passed = _fi_patch_forwarded(signature, defaults)
+    # @backend_requirement marks its wrapper so (every release with it, 0.6.0 on).
+    more = hasattr(entry.fn, "is_compute_capability_supported")
+    if signature is not None and more and _fi_patch_takes_more(entry.fn, signature):
+        declared, passed = declared + ", **_fi_patch_more", passed + ", **_fi_patch_more"
     source = (
         "def _fi_patch_make(_fi_patch_fn, _fi_patch_entry, _fi_patch_compiling, %s):\n"
         "    def _fi_patch_routed(%s):\n"
@@ -472,6 +479,21 @@ def _fi_patch_routed(entry: "Any", signature: "Any") -> "Any":
     space: "Dict[str, Any]" = {"__name__": __name__}
     exec(compile(source, "<fi-patch routing of %s>" % entry.name, "exec"), space)
     return space["_fi_patch_make"](entry.fn, entry, torch.compiler.is_compiling, **defaults)
+
+
+# Whether the function itself (a wrapper, not what its __wrapped__ shows) takes **kwargs that
+# `signature` does not.
+def _fi_patch_takes_more(fn: "Any", signature: "Any") -> "bool":
+    import inspect
+
+    def keywords(shown: "Any") -> "bool":
+        return any(p.kind == p.VAR_KEYWORD for p in shown.parameters.values())
+
+    try:
+        own = inspect.signature(fn, follow_wrapped=False)
+    except (TypeError, ValueError):
+        return False
+    return keywords(own) and not keywords(signature)
 
 
 # The parameter list of a routing function and the arguments it passes on, for `signature` (the

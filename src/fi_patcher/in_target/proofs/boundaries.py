@@ -282,9 +282,10 @@ def _block_scale_interleave(torch, f, fn):
 
 def _concat_mla_k(torch):
     """concat_mla_k (flashinfer.concat_ops', which flashinfer does not export) writes k and
-    returns nothing: each form returns k, so that the eager call, the op and its fake are
-    compared on what the call leaves in k. Called as vLLM's op calls it (positionally, k fresh),
-    by keyword, over a dynamic token count; refused: another backend (0.7.0 on)."""
+    returns nothing: each form returns k, whose layout the eager call, the op and its fake are
+    compared on (prove checks that the op declares k written). Called as vLLM's op calls it
+    (positionally, k fresh), by keyword, over a dynamic token count; refused: another backend
+    (0.7.0 on)."""
     import inspect
 
     import flashinfer.concat_ops as concat_ops
@@ -313,18 +314,16 @@ def _concat_mla_k(torch):
 
 def _fused_topk_deepseek(torch, f):
     """fused_topk_deepseek (flashinfer.fused_moe's) writes topk_values, topk_indices and, where
-    given, routing_replay_out, and returns nothing: each form returns what it wrote. Called as
+    given, routing_replay_out, and returns nothing: each form returns them (prove checks that the
+    op declares them written). Called as
     SGLang's op calls it (DeepSeek-V3's 256 experts in 8 groups, 4 of them chosen, top 8,
     positionally), by keyword, with routing_replay_out (0.6.8 on), over a dynamic token count;
     refused: a topk above the kernel's 8."""
     import inspect
 
-    def fn(scores, bias, values, indices, *replay, topk=8, n_group=8, **kwargs):
-        if replay:
-            kwargs["routing_replay_out"] = replay[0]
-        f.fused_moe.fused_topk_deepseek(
-            scores, bias, n_group, 4, topk, 2.5, values, indices, **kwargs
-        )
+    def fn(scores, bias, values, indices, *replay, topk=8):
+        kwargs = {"routing_replay_out": replay[0]} if replay else {}
+        f.fused_moe.fused_topk_deepseek(scores, bias, 8, 4, topk, 2.5, values, indices, **kwargs)
         return (values, indices, *replay)
 
     def problem(tokens, topk=8):
@@ -662,6 +661,11 @@ def prove(ctx):
     ]
     if entry is None or not entry.ready:
         return
+    unwritten = _unwritten(torch, entry)
+    if unwritten:
+        ctx.problem(
+            "%s writes %s, which its op does not declare written" % (name, ", ".join(unwritten))
+        )
     for what, fn, arguments in refused:
         ctx.stage("%s refuses %s: eager against the op and its fake" % (name, what))
         eager = _eager(ctx, fn, arguments, entry.fn, standing)
@@ -682,6 +686,14 @@ def prove(ctx):
             ", ".join(what for what, _, _ in refused) or "it refuses no input before its kernel",
         )
     )
+
+
+def _unwritten(torch, entry):
+    """The parameters the entry point writes (where it returns nothing) that its op's schema
+    does not mark written: Inductor would take them as read only."""
+    schema = getattr(torch.ops.fi_patch, entry.name).default._schema
+    marked = {a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write}
+    return [w for w in entry.writes if w not in marked]
 
 
 def _entry(ctx, name):
