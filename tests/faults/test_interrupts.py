@@ -24,11 +24,13 @@ from tests.support.cli import states_of
 from tests.support.releases import (
     ACTIVATION,
     API_LOGGING,
+    CONCAT_OPS,
     CUDA,
     FP4,
     FP8_QUANT,
     GEMM,
     RELEASES,
+    ROUTING_DSV3,
     SAMPLING,
     TARGET,
     UTILS,
@@ -92,7 +94,9 @@ def test_a_signal_while_proving_puts_every_file_back_and_says_so(
     assert {f["relpath"]: f["action"] for f in result["files"]} == {
         ACTIVATION: "rolled-back",
         API_LOGGING: "rolled-back",
+        CONCAT_OPS: "rolled-back",
         GEMM: "rolled-back",
+        ROUTING_DSV3: "rolled-back",
         TARGET: "rolled-back",
         FP4: "rolled-back",
         FP8_QUANT: "rolled-back",

@@ -25,6 +25,7 @@ from tests.support.releases import (
     API_LOGGING,
     BATCHED,
     BOUNDARIES,
+    CONCAT_OPS,
     CUDA,
     DECLARED,
     DECLARED_FAKE,
@@ -37,6 +38,7 @@ from tests.support.releases import (
     LOGGING,
     OP_BOUNDARY,
     RELEASES,
+    ROUTING_DSV3,
     SAMPLING,
     TARGET,
     UNDER_COMPILE,
@@ -96,7 +98,9 @@ def test_a_revert_whose_second_file_cannot_be_written_puts_the_first_back(
     assert {f["relpath"]: f["action"] for f in result["files"]} == {
         ACTIVATION: "rolled-back",
         API_LOGGING: "rolled-back",
+        CONCAT_OPS: "rolled-back",
         GEMM: "rolled-back",
+        ROUTING_DSV3: "rolled-back",
         TARGET: "rolled-back",
         FP4: "rolled-back",
     }
@@ -182,7 +186,9 @@ def test_an_undo_that_fails_on_one_file_puts_back_the_others(
     assert files == {
         ACTIVATION: "rolled-back",
         API_LOGGING: "rolled-back",
+        CONCAT_OPS: "rolled-back",
         GEMM: "rolled-back",
+        ROUTING_DSV3: "rolled-back",
         TARGET: "rolled-back",
         FP4: "stranded",
         FP8_QUANT: "stranded",
