@@ -92,6 +92,9 @@ def _fi_patch_declare(name, fn, mutates_args, device_types, schema, at_module_le
         _fi_patch_declared_op(entry, mutates, device_types, schema, split)
     except Exception as exc:
         entry.reason = "torch cannot make it an op: %s" % (str(exc).strip().splitlines() or [""])[0]
+        # Half made (0.6.0's rmsnorm_quant, annotated to return a tensor while it writes out,
+        # takes no autograd formula): no fake declared later makes it ready.
+        entry.custom = entry.op = entry.traced = None
         return fn
     if name in _fi_patch_fakes:
         _fi_patch_fake_op(name, _fi_patch_fakes.pop(name))
