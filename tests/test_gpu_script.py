@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import subprocess
+import sys
+import tarfile
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import MakeVenv
-from tests.support.tool import ROOT
+from tests.support.deps import CUDA_TORCH, shared
+from tests.support.releases import fetch, release
+from tests.support.tiers import SLOW
+from tests.support.tool import ROOT, build_wheel
 from tests.support.venvs import python_of
 
 
@@ -25,3 +33,126 @@ def test_without_a_gpu_it_says_so_and_exits_77(venv_with: MakeVenv, script: str)
     )
     assert completed.returncode == 77, completed.stderr
     assert completed.stdout.startswith("no CUDA device (torch 2.14.1+cu130): nothing checked")
+
+
+def _replay():  # type: ignore[no-untyped-def]
+    """scripts/gpu/replay.py, loaded as the scripts beside it import it."""
+    spec = importlib.util.spec_from_file_location("replay", ROOT / "scripts" / "gpu" / "replay.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# Case names as the three scripts give them: an entry point's name, then what sets the case apart.
+CASES = (
+    "silu_and_mul",
+    "silu_and_mul out=",
+    "silu_and_mul_scaled_nvfp4_experts_quantize",
+    "top_k_top_p_sampling_from_probs vocabulary 32000",
+    "top_k_top_p_sampling_from_probs vocabulary 65536",
+    "top_k_top_p_sampling_from_probs with seed and offset tensors, reduce-overhead",
+    "nvfp4 128x256 bf16 swizzled-128x4",
+    "mxfp4 128x256 bf16 ue8m0 sf32",
+    "rmsnorm",
+    "rmsnorm_quant",
+    "mla_rope_quantize_fp8",
+)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 5, 9])
+def test_the_parts_split_the_cases_by_entry_point(parts: int) -> None:
+    """--part K/N (scripts/gpu/device.sh runs the N parts side by side): each case is in exactly
+    one part, and every case of an entry point in the same one, where its kernels are built."""
+    replay = _replay()
+    owner: dict[str, int] = {}
+    for case in CASES:
+        holding = []
+        for k in range(parts):
+            replay.PART[:] = [k, parts]
+            if replay.wanted(case):
+                holding.append(k)
+        assert len(holding) == 1, (case, holding)
+        entry = case.split(" ")[0]
+        assert owner.setdefault(entry, holding[0]) == holding[0], case
+    assert len(set(owner.values())) > 1 or parts == 1
+
+
+@pytest.mark.parametrize("part", ["2/2", "0/0", "1", "a/b"])
+def test_a_part_outside_its_parts_is_refused(venv_with: MakeVenv, part: str) -> None:
+    venv = venv_with("0.7.4")
+    completed = subprocess.run(
+        [python_of(venv), ROOT / "scripts" / "gpu" / "boundaries.py", "--part", part],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert f"--part takes K/N with 0 <= K < N, not {part!r}" in completed.stderr
+
+
+# apache-tvm-ffi for FlashInfer's venv; what fi-patch's venv needs beside its own wheel where
+# python3 has none of it (as here; the lent GPU machine's python3 has all but libcst and typer).
+TOOL_WHEELS = (
+    "apache-tvm-ffi<0.2",
+    "libcst",
+    "pyyaml",
+    "typer>=0.27.2,<0.29",
+    "click",
+    "rich",
+    "markdown-it-py",
+    "mdurl",
+    "pygments",
+    "shellingham",
+    "annotated-doc",
+)
+
+
+@SLOW
+def test_the_device_script_runs_the_whole_check_from_wheels(tmp_path: Path) -> None:
+    """scripts/gpu/device.sh as it ran on the lent H200 (docs/gpu.md), on this CPU machine: fi-patch
+    and FlashInfer 0.6.8.post1 from wheels only, a venv over a torch of its own, then check,
+    apply, check, the scripts in parts (each says it has no device), revert and check, all in
+    OUT/gpu-check.log."""
+    wheels, out = tmp_path / "wheels", tmp_path / "out"
+    build_wheel(wheels)
+    download = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
+    subprocess.run([*download, "-d", wheels, *TOOL_WHEELS], check=True)
+    with tarfile.open(wheels / "fi-stored.tar.xz", "w:xz", preset=0) as tar:
+        wheel = fetch(release("0.6.8.post1"))
+        tar.add(wheel, arcname=wheel.name)
+    torch = shared(CUDA_TORCH)
+    completed = subprocess.run(
+        ["bash", ROOT / "scripts" / "gpu" / "device.sh", wheels, out, "0.6.8.post1"],
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "CUDA_VISIBLE_DEVICES": "",
+            "FI_GPU_WORK": str(tmp_path / "work"),
+            "FI_GPU_PTH": str(torch),
+            "FI_GPU_PARTS": "fp4_compiled:1 boundaries:2",
+        },
+        check=False,
+        timeout=900,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "0.6.8.post1: done" in completed.stdout
+    log = (out / "gpu-check.log").read_text()
+    steps = re.findall(r"^===== 0\.6\.8\.post1 (\S+)\.log$", log, re.M)
+    assert steps == [
+        "0a-check-before",
+        "0b-apply",
+        "0c-check-after",
+        "1-boundaries-0",
+        "1-boundaries-1",
+        "1-fp4_compiled-0",
+        "2a-revert",
+        "2b-check-reverted",
+    ]
+    exits = [int(code) for code in re.findall(r"^exit (\d+) after \d+s$", log, re.M)]
+    assert exits == [3, 0, 0, 0, 3], log
+    assert "applied 25 patches in 10 files" in log
+    assert log.count("no CUDA device (torch 2.14.1+cu130): nothing checked") == 3
+    with tarfile.open(out / "results.tar.gz") as results:
+        assert "./0.6.8.post1/0b-apply.log" in results.getnames()

@@ -14,8 +14,9 @@ tensors written in place; then captures the compiled function in a CUDA graph, r
 input, and compares again. An entry point the release does not have, or whose declaration
 fi-patch left as it is, is named and not checked. One line per case; JSON with --out.
 
-Exit status: 0 every case equal, 1 a case differs or fails, 77 no CUDA device (nothing checked;
-CI never runs this script).
+Exit status: 0 every case compared equal, 1 a case differs or fails, 77 no CUDA device (nothing
+checked; CI never runs this script). A case whose eager call fails, or whose two eager calls
+differ (scripts/gpu/replay.py), is n/a: named, not compared, counted neither way.
 """
 
 from __future__ import annotations
