@@ -7,8 +7,8 @@ fakes of every fp4_quantize shape, the same interrupt by another signal, twice o
 crash at another step, a verdict on more kinds of environment), and the long end-to-end runs
 whose steps the fast tier checks one by one (the docs' commands, the Ansible playbook, the
 Dockerfile recipe, the upgrade built from history, two environments sharing one base, a release
-from the future, a migration, several targets at once, the wording for people). Each kind keeps
-at least one release or case in the fast tier.
+from the future, a migration, several targets at once, the wording for people, the GPU check
+run from wheels). Each kind keeps at least one release or case in the fast tier.
 """
 
 from __future__ import annotations
