@@ -138,7 +138,7 @@ print(json.dumps({
     "routed": routed is entry.routed and routed.__name__ == entry.fn.__name__,
     "signature": inspect.signature(routed) == inspect.signature(entry.fn),
     "file": entry.fn.__code__.co_filename.rsplit("site-packages/", 1)[-1],
-    "traced": entry.traced.__name__,
+    "traced is the op": entry.traced is entry.op,
     "dynamo imported": "torch._dynamo" in sys.modules,
 }))
 """
@@ -225,7 +225,7 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
             "routed": True,
             "signature": True,
             "file": "flashinfer/norm/__init__.py",
-            "traced": "traced",
+            "traced is the op": True,
             "dynamo imported": False,
         }
         # check names what is left as it is, from the proof, with --verify -v.
