@@ -18,9 +18,10 @@ the graphs, and two calls on one input draw anew, as eager's do.
 An entry point the release does not have, or whose boundary fi-patch left as it is, is named and
 not checked. One line per case; JSON with --out.
 
-Exit status: 0 every case compared equal, 1 a case differs or fails, 77 no CUDA device (nothing
-checked; CI never runs this script). A case whose eager call fails, or whose two eager calls
-differ (scripts/gpu/replay.py), is n/a: named, not compared, counted neither way.
+Exit status: 0 every case compared equal, 1 a case differs or fails, 3 nothing compared, 77 no
+CUDA device (nothing checked; CI never runs this script). A case whose eager call FlashInfer
+refuses, or whose two eager calls differ (scripts/gpu/replay.py), is n/a: named, not compared,
+counted neither way.
 """
 
 from __future__ import annotations
@@ -291,8 +292,9 @@ def quantizers(torch, f, t):  # type: ignore[no-untyped-def]
     """The quantizers' cases. Their shapes need no padding (rows a multiple of 128, scale columns
     of 4), and every expert's mask covers all its rows: every byte compared is one the kernel
     writes. Before SM100 FlashInfer builds its FP4 and MXFP8 quantization kernels with empty
-    bodies (0.7.4 refuses the call instead): they write nothing, two eager calls differ, and the
-    cases are n/a there (the H200 run of 2026-12-04, docs/gpu.md)."""
+    bodies: they write nothing, and compared unwritten bytes FAILed on an H200 (docs/gpu.md).
+    Two eager calls over memory filled two ways should differ there, and make the cases n/a:
+    expected, not yet seen for these cases."""
     if hasattr(f, "mxfp8_quantize"):
         # Called from a function, as a caller's code calls it: Dynamo replaces the entry point
         # where it meets a call of it, not where the compiled function is the entry point.
@@ -408,10 +410,10 @@ def run(torch, flashinfer):  # type: ignore[no-untyped-def]
         entry = boundaries.get(name)
         ready = entry is not None and entry.ready
         reason = entry.reason if entry is not None else "no op boundary here"
-        made.append((case, ready, reason, makers, fn))
+        made.append((case, name, ready, reason, makers, fn))
     results, left_out = check_made(torch, made)
     for case, name, makers, fn, seeded in reduce_overhead(torch, flashinfer):
-        if not wanted(case + ", reduce-overhead"):
+        if not wanted(name):
             continue
         entry = boundaries.get(name)
         if entry is not None and entry.ready:

@@ -14,9 +14,10 @@ tensors written in place; then captures the compiled function in a CUDA graph, r
 input, and compares again. An entry point the release does not have, or whose declaration
 fi-patch left as it is, is named and not checked. One line per case; JSON with --out.
 
-Exit status: 0 every case compared equal, 1 a case differs or fails, 77 no CUDA device (nothing
-checked; CI never runs this script). A case whose eager call fails, or whose two eager calls
-differ (scripts/gpu/replay.py), is n/a: named, not compared, counted neither way.
+Exit status: 0 every case compared equal, 1 a case differs or fails, 3 nothing compared, 77 no
+CUDA device (nothing checked; CI never runs this script). A case whose eager call FlashInfer
+refuses, or whose two eager calls differ (scripts/gpu/replay.py), is n/a: named, not compared,
+counted neither way.
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ def run(torch, flashinfer):  # type: ignore[no-untyped-def]
             reason = f"{home.__name__} does not export {name} in this release"
         else:
             reason = entry.reason
-        made.append((name, ready, reason, makers, fn))
+        made.append((name, op, ready, reason, makers, fn))
     return check_made(torch, made)
 
 

@@ -45,8 +45,10 @@ install() { "$1/bin/python" -m pip install -q --no-index --no-deps --no-compile 
 # (/opt/torch/.venv on the lent machines), --system-site-packages reaches only its base's.
 packages=${FI_GPU_PTH:-$(python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')}
 venv() {
+    local purelib
     python3 -m venv "$1" || return
-    echo "$packages" >"$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/_fi_gpu.pth"
+    purelib=$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))') || return
+    echo "$packages" >"$purelib/_fi_gpu.pth"
 }
 
 release() {
@@ -60,12 +62,17 @@ release() {
     step "$logs/0b-apply" apply --venv "$venv_"
     step "$logs/0c-check-after" check --venv "$venv_"
     local left=$((seconds - SECONDS)) spec script n k
+    ((left > 0)) || left=1 # timeout 0 would mean no limit
     say "$rel: applied; the scripts have ${left}s"
     for spec in "${parts_of[@]}"; do
         script=${spec%%:*} n=${spec##*:}
         for ((k = 0; k < n; k++)); do
-            PYTHONUNBUFFERED=1 timeout "$left" "$venv_/bin/python" "$here/$script.py" --part "$k/$n" \
-                --out "$logs/$script-$k.json" >"$logs/1-$script-$k.log" 2>&1 &
+            # Its exit status last: 124 is a part stopped at the time limit.
+            (
+                PYTHONUNBUFFERED=1 timeout "$left" "$venv_/bin/python" "$here/$script.py" \
+                    --part "$k/$n" --out "$logs/$script-$k.json"
+                echo "exit $? after ${SECONDS}s"
+            ) >"$logs/1-$script-$k.log" 2>&1 &
         done
     done
     wait
@@ -74,6 +81,11 @@ release() {
     say "$rel: done"
 }
 
+# FI_GPU_WORK is emptied first: only a new or empty folder, or one an earlier run made.
+if [ -d "$work" ] && [ ! -d "$work/tool" ] && [ -n "$(ls -A "$work")" ]; then
+    echo "FI_GPU_WORK holds files this script did not make; not emptying it: $work" >&2
+    exit 2
+fi
 rm -rf "$work" && mkdir -p "$work/wheels" "$work/logs" "$out" || exit 2
 say "tool"
 tool_wheels=$(ls "$wheels"/*.whl | grep -v /apache_tvm_ffi-)

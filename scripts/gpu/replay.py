@@ -10,11 +10,9 @@ PART = [0, 1]
 """--part K/N: this process checks the cases of part K of N (all of them by default)."""
 
 
-def wanted(case: str) -> bool:
-    """Whether the case is in this process's part. A case belongs to the part of its entry point
-    (its name's first word): all cases of one entry point run in one process, every case in
-    exactly one part, whatever N."""
-    entry = case.split(" ")[0].rstrip(",")
+def wanted(entry: str) -> bool:
+    """Whether the cases of this entry point (FlashInfer's function, or the declaration it reaches)
+    are this process's: all of them run in one part, where its kernels are built once."""
     return zlib.crc32(entry.encode()) % PART[1] == PART[0]
 
 
@@ -23,12 +21,13 @@ def report(result: dict[str, object]) -> dict[str, object]:
     whose eager call fails (a kernel this device or release cannot run), or whose two eager calls
     differ, is `n/a`: nothing was compared, and it is neither passed nor failed."""
     if "eager_error" in result:
-        verdict, why = "n/a ", f"the eager call fails here: {result['eager_error']}"
+        verdict, why = "n/a", f"the eager call fails here: {result['eager_error']}"
     elif "eager_differs" in result:
-        verdict, why = "n/a ", str(result["eager_differs"])
+        verdict, why = "n/a", str(result["eager_differs"])
     else:
-        verdict, why = ("ok  " if result["passed"] else "FAIL"), str(result.get("error", ""))
-    print(f"{verdict} {result['case']}: {why}".rstrip(": "), flush=True)
+        verdict, why = ("ok" if result["passed"] else "FAIL"), str(result.get("error", ""))
+    result["verdict"] = verdict
+    print(f"{verdict:<4} {result['case']}: {why}".rstrip(": "), flush=True)
     return result
 
 
@@ -48,10 +47,18 @@ def bits(torch, x):  # type: ignore[no-untyped-def]
     return x.view(torch.uint8) if x.dtype.is_floating_point and x.element_size() == 1 else x
 
 
+MISTAKES = (TypeError, NameError, AttributeError, ImportError)
+"""What an eager call raises when the script calls it wrong (a parameter the release names
+otherwise): FAIL. Anything else it raises (FlashInfer refusing this device or backend) is n/a."""
+
+
 def poison(torch, fill: int) -> None:
-    """Fill the memory the caching allocator hands out next with one byte value: every cached
-    block let go, then blocks of the small pool (requests up to 1 MiB, 2 MiB segments) and of the
-    large one taken, filled and given back, where they stay cached for the next allocations."""
+    """Fill with one byte value the memory the caching allocator hands out next: every cached
+    segment without a live tensor let go, then new blocks of the small pool (requests up to 1 MiB,
+    2 MiB segments) and of the large one taken, filled and given back, where they stay cached.
+    Not filled: free space beside a live tensor (an input, a kept output) in a segment it holds.
+    An output placed there escapes the check (both calls read the same old bytes), so an equal
+    pair shows no unwritten byte was seen, not that none exists."""
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     held = [torch.full((1 << 20,), fill, dtype=torch.uint8, device="cuda") for _ in range(256)]
@@ -81,7 +88,11 @@ def check(torch, name, makers, fn) -> dict[str, object]:  # type: ignore[no-unty
     try:
         inputs = [make() for make in makers]
         eager, again = eager_twice(torch, inputs, fn)
-    except Exception as exc:  # reported as n/a: nothing to compare with
+    except MISTAKES as exc:  # the script's call is wrong: a failure, never n/a
+        result["error"] = "the eager call: " + failure(exc)
+        result["passed"] = False
+        return report(result)
+    except Exception as exc:  # a refusal (this device, backend or release): n/a
         result["eager_error"] = failure(exc)
         result["passed"] = False
         return report(result)
@@ -150,11 +161,11 @@ def check_reduce_overhead(torch, name, makers, fn, seeded) -> dict[str, object]:
 
 
 def check_made(torch, cases):  # type: ignore[no-untyped-def]
-    """Each (case, made, reason, makers, fn) whose entry point fi-patch made an op, checked; the
-    others named with the reason, and left out."""
+    """Each (case, entry, made, reason, makers, fn) of this part whose entry point fi-patch made
+    an op, checked; the others named with the reason, and left out."""
     results, left_out = [], {}
-    for case, made, reason, makers, fn in cases:
-        if not wanted(case):
+    for case, entry, made, reason, makers, fn in cases:
+        if not wanted(entry):
             continue
         if not made:
             left_out[case] = reason
@@ -166,14 +177,15 @@ def check_made(torch, cases):  # type: ignore[no-untyped-def]
 
 
 SKIPPED = 77
+NOTHING_COMPARED = 3
 
 
 def main(doc: str, run) -> int:  # type: ignore[no-untyped-def]
     """The GPU scripts' driver: `--out`, exit 77 without a device, the header line, then
     `run(torch, flashinfer)`, which returns (results, left_out) or a string saying why nothing
-    ran; one line per case as it ends, JSON with --out. 0 every case compared passed (a case whose
-    eager call fails, or whose two eager calls differ, is n/a: named, and counted neither way), 1
-    otherwise."""
+    ran; one line per case as it ends, JSON with --out. Exit status: 0 every case compared passed,
+    1 a case failed (or nothing could run), 3 nothing compared: every case n/a (its eager call
+    refused, or two eager calls differ) or left out, or none in this part."""
     import argparse
     import json
     import platform
@@ -223,4 +235,6 @@ def main(doc: str, run) -> int:  # type: ignore[no-untyped-def]
     if arguments.out:
         with open(arguments.out, "w") as handle:
             json.dump({**header, "cases": results, "left_out": left_out}, handle, indent=2)
-    return 0 if compared and passed == len(compared) else 1
+    if passed < len(compared):
+        return 1
+    return 0 if compared else NOTHING_COMPARED
