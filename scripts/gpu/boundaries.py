@@ -137,7 +137,8 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
 
 
 def once(make):  # type: ignore[no-untyped-def]
-    """make's value, made at the first call and kept."""
+    """make's value, made at the first call and kept. Not functools.cache: Dynamo traces a cached
+    function's body at each call it meets, and would quantize or prepare again inside the graph."""
     kept = []
 
     def get():  # type: ignore[no-untyped-def]
