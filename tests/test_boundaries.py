@@ -41,6 +41,8 @@ from tests.support.releases import (
     MIN_P,
     MM_FP4,
     MM_FP8,
+    MOE,
+    MOE_CORE,
     MXFP8,
     OP_BOUNDARY,
     ROUTING_DSV3,
@@ -53,6 +55,8 @@ from tests.support.releases import (
     TOP_P,
     TOP_P_RENORM,
     TOPK_DEEPSEEK,
+    TRTLLM_BF16,
+    TRTLLM_FP4,
     release,
     released_text,
 )
@@ -83,6 +87,8 @@ ENTRY_POINTS = {
     TOP_P_RENORM: "top_p_renorm_probs",
     CONCAT: "concat_mla_k",
     TOPK_DEEPSEEK: "fused_topk_deepseek",
+    TRTLLM_BF16: "trtllm_bf16_moe",
+    TRTLLM_FP4: "trtllm_fp4_block_scale_moe",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -95,6 +101,12 @@ SAMPLED = (
 )
 RENORMED = "positional, by keyword, a tensor, bfloat16, a slice of a wider tensor, "
 RENORMED += "a dynamic batch dimension"
+MOE_FORMS = (
+    "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
+    "out: output=, as SGLang calls it, out: output=, a dynamic token count, "
+    "writes: routing_replay_out"
+)
+MOE_REFUSED = "an int32 routing_replay_out, an output of too few rows"
 PROVEN = {
     "min_p_sampling_from_probs": SAMPLED,
     # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
@@ -142,6 +154,13 @@ PROVEN = {
         "positional, by keyword, routing_replay_out, a dynamic token count",
         "topk 9",
     ),
+    # The fused MoE, finalized: output= from 0.6.14 for BF16 (BEFORE), from 0.6.8 for FP4; FP4
+    # also with bfloat16 activations, and valid_hidden_size from 0.7.0 (BEFORE).
+    "trtllm_bf16_moe": (MOE_FORMS, MOE_REFUSED),
+    "trtllm_fp4_block_scale_moe": (
+        MOE_FORMS + ", bfloat16 activations, valid_hidden_size",
+        MOE_REFUSED + ", valid_hidden_size past the hidden size",
+    ),
     # out= from 0.7.2.post1: the proof adds its forms where the function takes it.
     "block_scale_interleave": (
         "positional, by keyword, 3-D bfloat16, by its other name, a dynamic dimension",
@@ -165,6 +184,13 @@ BEFORE = {
         "it refuses no input before its kernel",
     ),
     "fused_topk_deepseek": ("0.6.8", "positional, by keyword, a dynamic token count", "topk 9"),
+    "trtllm_bf16_moe": (
+        "0.6.14",
+        "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
+        "writes: routing_replay_out",
+        "an int32 routing_replay_out",
+    ),
+    "trtllm_fp4_block_scale_moe": ("0.7.0", MOE_FORMS + ", bfloat16 activations", MOE_REFUSED),
 }
 
 
@@ -261,14 +287,21 @@ def test_an_op_boundary_names_its_rule_and_requires_the_placed_code() -> None:
         parse_patch("x.toml", fp4.replace('backend = "cuda"', "backend = 4"))
     with pytest.raises(RegistryError, match="only: backend = 'cu\"da' is not"):
         parse_patch("x.toml", fp4.replace('backend = "cuda"', 'backend = "cu\\"da"'))
-    # An op that writes its parameters returns nothing, and names each parameter it writes.
+    # An op that returns nothing writes its parameters, names each, and has no out= form.
     concat = (Path(__file__).parents[1] / "patches" / f"{CONCAT}.toml").read_text()
-    with pytest.raises(RegistryError, match=r"writes = \[...\] needs returns = 0"):
-        parse_patch("x.toml", concat.replace("returns = 0", "returns = 1"))
+    with pytest.raises(RegistryError, match="returns = 0 takes no out, returns_when"):
+        parse_patch("x.toml", concat.replace("returns = 0", 'returns = 0\nout = "k"'))
     with pytest.raises(RegistryError, match="returns one tensor or more, or writes"):
         parse_patch("x.toml", concat.replace('writes = ["k"]', "writes = []"))
     with pytest.raises(RegistryError, match="writes: 'k,' is not a parameter name"):
         parse_patch("x.toml", concat.replace('writes = ["k"]', 'writes = ["k,"]'))
+    # The fused MoE's op carries do_finalize true only (a bool), and returns the one output the
+    # function returns in a list.
+    moe = (Path(__file__).parents[1] / "patches" / f"{TRTLLM_FP4}.toml").read_text()
+    with pytest.raises(RegistryError, match="only: do_finalize = 1 is not a parameter name"):
+        parse_patch("x.toml", moe.replace("do_finalize = true", "do_finalize = 1"))
+    with pytest.raises(RegistryError, match="listed = true needs returns = 1"):
+        parse_patch("x.toml", moe.replace("listed = true", "listed = true\nreturns = 2"))
 
 
 # In the target after apply: the op each entry point traces to, the function left as FlashInfer
@@ -338,6 +371,10 @@ try:
     skipped = ["returns", skip_check(*routed)]
 except Exception as exc:
     skipped = [type(exc).__name__, str(exc)]
+def returned_and_written(name):
+    schema = getattr(torch.ops.fi_patch, name).default._schema
+    written = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
+    return str(schema).split(") -> ")[1] + " " + " ".join(written)
 print(json.dumps({
     "ready": {name: e.ready for name, e in sorted(utils._fi_patch_boundaries.items())},
     "schema": str(torch.ops.fi_patch.silu_and_mul.default._schema),
@@ -373,6 +410,11 @@ print(json.dumps({
     "renorm schema": str(torch.ops.fi_patch.top_p_renorm_probs.default._schema),
     "concat schema": str(torch.ops.fi_patch.concat_mla_k.default._schema),
     "routing schema": str(torch.ops.fi_patch.fused_topk_deepseek.default._schema),
+    "moe schemas": [
+        returned_and_written(name)
+        for name in ("trtllm_bf16_moe", "trtllm_bf16_moe_writes", "trtllm_fp4_block_scale_moe_out")
+        if hasattr(torch.ops.fi_patch, name)
+    ],
     "renormed": graph(lambda p: flashinfer.sampling.top_k_renorm_prob(p, k), p),
     "samples": graph(lambda p: flashinfer.top_k_sampling_from_probs(p, 5, seed=1, offset=0), p),
     "samples and valid": graph(
@@ -405,18 +447,21 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     venv = create_venv(tmp_path / "venv")
     install(venv, release(version))
     use(venv, shared(CUDA_TORCH))
-    written = (ACTIVATION, GEMM, FP4, FP8_QUANT, SAMPLING, CONCAT_OPS, ROUTING_DSV3)
+    written = (ACTIVATION, GEMM, FP4, FP8_QUANT, SAMPLING, CONCAT_OPS, ROUTING_DSV3, MOE_CORE)
     originals = {f: released_text(release(version), f) for f in written}
     named = [x for p in (DECLARED, *BOUNDARIES) for x in ("--patch", p)]
+    # The fused MoE's ops begin at 0.6.8: before, their older texts are not applicable.
+    boundaries = [p for p in BOUNDARIES if p not in MOE or Version(version) >= Version("0.6.8")]
 
     before = fi_patch(runner, "check", "--venv", venv, *named, "--json")
     assert before.code == ExitCode.NEEDS_APPLY, before.stdout
     for patch_id in BOUNDARIES:
-        assert patch_result(before.json, patch_id)["state"] == "pristine"
+        state = "pristine" if patch_id in boundaries else "not-applicable"
+        assert patch_result(before.json, patch_id)["state"] == state
 
     run = fi_patch(runner, "apply", "--venv", venv, *named, "--json")
     assert run.code == ExitCode.OK, run.stdout
-    for patch_id in BOUNDARIES:
+    for patch_id in boundaries:
         proofs = patch_result(run.json, patch_id)["verification"]
         assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
         name = ENTRY_POINTS[patch_id]
@@ -437,7 +482,7 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     after = fi_patch(runner, "check", "--venv", venv, *named)
     assert after.code == ExitCode.OK, after.stdout
     seen = in_target(venv, IN_TARGET)
-    assert seen["ready"] == dict.fromkeys(sorted(ENTRY_POINTS.values()), True)
+    assert seen["ready"] == dict.fromkeys(sorted(ENTRY_POINTS[p] for p in boundaries), True)
     assert seen["schema"] == (
         "fi_patch::silu_and_mul(Tensor input, Tensor? out, bool? enable_pdl) -> Tensor"
     )
@@ -520,6 +565,15 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         + (", str backend" if version in ("0.7.0", "0.7.4") else "")
         + ") -> ()"
     )
+    # The fused MoE's ops (0.6.8 on): the functional op writes nothing, its _writes twin the
+    # optional buffers it is given, the out= op output too; each returns what the call returns.
+    if version != "0.6.7.post2":
+        buffers = "routing_replay_out" + (" workspace_buffer" if version == "0.7.4" else "")
+        assert seen["moe schemas"] == [
+            "Tensor ",
+            f"Tensor {buffers}",
+            f"() output {buffers}",
+        ]
     # FlashInfer's other name for the function is the routing function too.
     assert seen["renormed"] == ["fi_patch.top_k_renorm_probs"]
     getitem = "<built-in function getitem>"

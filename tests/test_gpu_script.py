@@ -67,6 +67,7 @@ BOUNDARIES = (
     "top_k_mask_logits",
     "concat_mla_k",
     "fused_topk_deepseek",
+    "trtllm_fp4_block_scale_moe",
 )
 DECLARED = (
     "rmsnorm",

@@ -41,6 +41,7 @@ from tests.support.releases import (
     LOGGING,
     MASK,
     MIN_P,
+    MOE_CORE,
     MXFP8,
     OP_BOUNDARY,
     RELEASES,
@@ -53,6 +54,8 @@ from tests.support.releases import (
     TOP_P,
     TOP_P_RENORM,
     TOPK_DEEPSEEK,
+    TRTLLM_BF16,
+    TRTLLM_FP4,
     UNDER_COMPILE,
     UNKNOWN_IN,
     UTILS,
@@ -163,7 +166,7 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     site = site_packages(venv)
     written = (
         *(TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT, SAMPLING, API_LOGGING),
-        *(CONCAT_OPS, ROUTING_DSV3),
+        *(CONCAT_OPS, ROUTING_DSV3, MOE_CORE),
     )
     originals = {f: (site / f).read_bytes() for f in written}
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
@@ -202,6 +205,8 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     assert [(p["id"], p["shape"]) for p in records[CONCAT_OPS]["patches"]] == [(CONCAT, "0.6.10")]
     routing = [(p["id"], p["shape"]) for p in records[ROUTING_DSV3]["patches"]]
     assert routing == [(TOPK_DEEPSEEK, "0.6.10")]
+    moe = [(p["id"], p["shape"]) for p in records[MOE_CORE]["patches"]]
+    assert moe == [(TRTLLM_BF16, "0.6.18"), (TRTLLM_FP4, "0.6.18")]
     assert [(p["id"], p["shape"]) for p in records[UTILS]["patches"]] == [
         (DECLARED, "no-op"),
         (DECLARED_FAKE, "no-op"),

@@ -27,6 +27,7 @@ from tests.support.releases import (
     FP4,
     FP8_QUANT,
     GEMM,
+    MOE_CORE,
     RELEASES,
     ROUTING_DSV3,
     SAMPLING,
@@ -96,6 +97,7 @@ def test_a_deleted_file_is_never_cleared_by_a_revert_of_another_patch(
         GEMM,
         FP4,
         FP8_QUANT,
+        MOE_CORE,
         ROUTING_DSV3,
         SAMPLING,
         UTILS,
@@ -160,6 +162,7 @@ def test_revert_of_one_patch_reports_the_records_it_tidies(
         CONCAT_OPS,
         GEMM,
         FP8_QUANT,
+        MOE_CORE,
         ROUTING_DSV3,
         SAMPLING,
     )

@@ -8,7 +8,8 @@ Run it with the target environment's own python, after `fi-patch apply` there:
 
 (`make gpu-check TARGET=/root/ml-env` runs it after the other GPU scripts.) For each entry point an
 op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantizers, the samplers with
-seed and offset given, the renorm samplers on bfloat16 input, concat_mla_k, fused_topk_deepseek),
+seed and offset given, the renorm samplers on bfloat16 input, concat_mla_k, fused_topk_deepseek,
+trtllm_fp4_block_scale_moe: SM100 only),
 called without and with `out=` where it takes it, it compares `torch.compile(fullgraph=True)` (the
 default backend, Inductor) with the eager call, bit for bit; then captures the compiled function in
 a CUDA graph, replays it on new input, and compares again.
@@ -134,6 +135,7 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
     yield from samplers(torch, f)
     yield from mla(torch, f, t)
     yield from moe_routing(torch, f)
+    yield from fused_moe(torch, f)
 
 
 def once(make):  # type: ignore[no-untyped-def]
@@ -389,6 +391,81 @@ def moe_routing(torch, f):  # type: ignore[no-untyped-def]
             lambda: torch.empty(128, 8, dtype=torch.int32, device="cuda"),
         ),
         route,
+    )
+
+
+def fused_moe(torch, f):  # type: ignore[no-untyped-def]
+    """trtllm_fp4_block_scale_moe (0.6.8 on) as SGLang calls it: by keyword, into an output of
+    its own, tune_max_num_tokens the next power of two of the token count; and trtllm_bf16_moe.
+    32 experts, top 4, hidden 1024, intermediate 512. The weights are random bytes in the kernels'
+    layouts (an FP4 value or scale is any byte): the same bytes in both calls, so compiled and
+    eager must agree bit for bit. Every trtllm MoE kernel of 0.6.8 - 0.7.4 is built for SM100
+    (get_trtllm_moe_sm100_module): below it FlashInfer refuses the eager call, and the case is
+    n/a."""
+    moe = getattr(f, "fused_moe", None)
+    fp4 = getattr(moe, "trtllm_fp4_block_scale_moe", None)
+    if fp4 is None:
+        return
+    experts, top_k, hidden, inter, tokens = 32, 4, 1024, 512, 64
+    fp8 = torch.float8_e4m3fn
+
+    def u8(*shape):  # type: ignore[no-untyped-def]
+        return lambda: torch.randint(0, 256, shape, dtype=torch.uint8, device="cuda")
+
+    def scales(*shape):  # type: ignore[no-untyped-def]
+        # Block scales between 2**-4 and 2**2: no NaN, no infinity.
+        return lambda: torch.randint(0x20, 0x48, shape, dtype=torch.uint8, device="cuda").view(fp8)
+
+    def as_sglang(  # type: ignore[no-untyped-def]
+        logits, states, scale, w1, w1_scale, w2, w2_scale, output
+    ):
+        one = torch.ones(experts, device="cuda")
+        fp4(
+            routing_logits=logits,
+            routing_bias=None,
+            hidden_states=states,
+            hidden_states_scale=scale,
+            gemm1_weights=w1,
+            gemm1_weights_scale=w1_scale,
+            gemm1_bias=None,
+            gemm1_alpha=None,
+            gemm1_beta=None,
+            gemm1_clamp_limit=None,
+            gemm2_weights=w2,
+            gemm2_weights_scale=w2_scale,
+            gemm2_bias=None,
+            output1_scale_scalar=one,
+            output1_scale_gate_scalar=one,
+            output2_scale_scalar=one,
+            num_experts=experts,
+            top_k=top_k,
+            n_group=None,
+            topk_group=None,
+            intermediate_size=inter,
+            local_expert_offset=0,
+            local_num_experts=experts,
+            routed_scaling_factor=None,
+            routing_method_type=1,
+            do_finalize=True,
+            tune_max_num_tokens=f.utils.next_positive_power_of_2(logits.shape[0]),
+            output=output,
+        )
+        return (output,)
+
+    yield (
+        "trtllm_fp4_block_scale_moe as SGLang calls it",
+        "trtllm_fp4_block_scale_moe",
+        (
+            lambda: torch.randn(tokens, experts, dtype=torch.bfloat16, device="cuda"),
+            u8(tokens, hidden // 2),
+            scales(tokens, hidden // 16),
+            u8(experts, 2 * inter, hidden // 2),
+            scales(experts, 2 * inter, hidden // 16),
+            u8(experts, hidden, inter // 2),
+            scales(experts, hidden, inter // 16),
+            lambda: torch.empty(tokens, hidden, dtype=torch.bfloat16, device="cuda"),
+        ),
+        as_sglang,
     )
 
 

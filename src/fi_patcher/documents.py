@@ -151,6 +151,7 @@ def patch_json(patch: Patch) -> dict[str, Any]:
             "check": boundary.check,
             "uncapturable": dict(boundary.uncapturable),
             "writes": list(boundary.writes),
+            "listed": boundary.listed,
         }
     return {
         "id": patch.id,

@@ -103,25 +103,33 @@ class Boundary:
     returns_when: str = ""
     """The flag parameter without which the function returns its first output alone
     (`return_valid`); the op always returns all `returns`. None where empty."""
-    only: tuple[tuple[str, str], ...] = ()
+    only: tuple[tuple[str, str | bool], ...] = ()
     """The one value of each named parameter the op carries, where the function has it
-    (`backend`: `cuda`): a traced call with another value traces the function's own body."""
+    (`backend`: `cuda`, `do_finalize`: true): a traced call with another value traces the
+    function's own body."""
     uncapturable: tuple[tuple[str, str], ...] = ()
     """The values that make a call's body one a CUDA graph cannot capture (`seed`: `none`, the
     generator read on the host; `check_nan`: `true`, a host sync): such a call is the op
     `fi_patch::OP_uncapturable`, tagged cudagraph_unsafe."""
 
     writes: tuple[str, ...] = ()
-    """The parameters the function writes, where it returns nothing (`returns = 0`:
-    concat_mla_k's `k`): the op declares them written and returns nothing."""
+    """The parameters the function writes besides what it returns (concat_mla_k's `k`, which
+    returns nothing: `returns = 0`; the trtllm MoE's `routing_replay_out`): its ops declare them
+    written."""
+    listed: bool = False
+    """The function returns its one output in a list (trtllm_fp4_block_scale_moe): the op returns
+    the tensor, and the routing function gives the list back."""
 
     UNCAPTURABLE = ("none", "true")
 
     kind = "op-boundary"
 
     @staticmethod
-    def _dict(pairs: tuple[tuple[str, str], ...]) -> str:
-        return "{" + ", ".join(f'"{name}": "{value}"' for name, value in pairs) + "}"
+    def _dict(pairs: tuple[tuple[str, str | bool], ...]) -> str:
+        def text(value: str | bool) -> str:
+            return repr(value) if isinstance(value, bool) else f'"{value}"'
+
+        return "{" + ", ".join(f'"{name}": {text(value)}' for name, value in pairs) + "}"
 
     @staticmethod
     def _tuple(names: tuple[str, ...]) -> str:
@@ -145,6 +153,7 @@ class Boundary:
                 else ""
             )
             + (f",\n        writes={self._tuple(self.writes)}" if self.writes else "")
+            + (",\n        listed=True" if self.listed else "")
             + "\n    )\n"
         )
 

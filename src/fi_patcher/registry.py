@@ -125,6 +125,7 @@ def _parse_operation(data: dict[str, Any], declarations: Sequence[Declaration]) 
             tuple(data.get("only", {}).items()),
             tuple(data.get("uncapturable", {}).items()),
             tuple(data.get("writes", ())),
+            bool(data.get("listed", False)),
         )
     raise KeyError(f"operation kind {kind!r}")
 
@@ -271,21 +272,22 @@ def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
         problems.append(f"op {boundary.op!r} is not a name")
     if boundary.returns < 1 and not boundary.writes:
         problems.append("an op boundary returns one tensor or more, or writes its parameters")
-    if boundary.writes and (
-        boundary.returns or boundary.out or boundary.returns_when or boundary.uncapturable
-    ):
-        problems.append(
-            "writes = [...] needs returns = 0, and no out, returns_when or uncapturable"
-        )
+    if boundary.returns == 0 and (boundary.out or boundary.returns_when or boundary.uncapturable):
+        problems.append("returns = 0 takes no out, returns_when or uncapturable")
+    if boundary.listed and (boundary.returns != 1 or boundary.returns_when):
+        problems.append("listed = true needs returns = 1, and no returns_when")
     problems += [
         f"writes: {w!r} is not a parameter name" for w in boundary.writes if not w.isidentifier()
     ]
     if boundary.returns_when and boundary.returns < 2:
         problems.append(f"returns_when = {boundary.returns_when!r} needs returns = 2 or more")
     problems += [
-        f"only: {p} = {v!r} is not a parameter name and a string"
+        f"only: {p} = {v!r} is not a parameter name and a string or a bool"
         for p, v in boundary.only
-        if not (p.isidentifier() and isinstance(v, str) and v.isprintable() and '"' not in v)
+        if not (
+            p.isidentifier()
+            and (isinstance(v, bool) or (isinstance(v, str) and v.isprintable() and '"' not in v))
+        )
     ]
     problems += [
         f"uncapturable: {p} = {v!r} is not a parameter name and one of "

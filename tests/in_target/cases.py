@@ -415,6 +415,149 @@ def _experts(f):
             op,
             written=(2, 3, 4),
         )
+    return {**cases, **_fused_moe(f)}
+
+
+def _fused_moe(f):
+    """The trtllm fused MoE, finalized, over 8 experts, top 2, a hidden size of 256: FP4 as SGLang
+    calls it (by keyword, into an output of its own, tune_max_num_tokens the next power of two of
+    the token count, the first of the list it returns) over a dynamic token count, FP4 and BF16
+    positionally with FlashInfer's defaults, each with routing_replay_out written (its rows past
+    the token count left as they were), BF16 into an output (0.6.14 on)."""
+    moe = getattr(f, "fused_moe", None)
+    fp4 = getattr(moe, "trtllm_fp4_block_scale_moe", None)
+    bf16 = getattr(moe, "trtllm_bf16_moe", None)
+    if fp4 is None or bf16 is None or not hasattr(f.utils, "_fi_patch_boundaries"):
+        return {}
+    experts, top_k, hidden, inter = 8, 2, 256, 128
+    fp8 = torch.float8_e4m3fn
+
+    def fp4_problem(tokens=6, seed=0):
+        return [
+            _random(tokens, experts, seed=seed, dtype=torch.float32),
+            _bytes(tokens, hidden // 2, seed=seed + 1),
+            _bytes(tokens, hidden // 16, seed=seed + 2).view(fp8),
+            _bytes(experts, 2 * inter, hidden // 2, seed=3),
+            _bytes(experts, 2 * inter, hidden // 16, seed=4).view(fp8),
+            _bytes(experts, hidden, inter // 2, seed=5),
+            _bytes(experts, hidden, inter // 16, seed=6).view(fp8),
+            torch.zeros(tokens, hidden, dtype=torch.bfloat16),
+        ]
+
+    def as_sglang(logits, states, scale, w1, w1_scale, w2, w2_scale, output):
+        tokens = states.shape[0]
+        return fp4(
+            routing_logits=logits,
+            routing_bias=None,
+            hidden_states=states,
+            hidden_states_scale=scale,
+            gemm1_weights=w1,
+            gemm1_weights_scale=w1_scale,
+            gemm1_bias=None,
+            gemm1_alpha=None,
+            gemm1_beta=None,
+            gemm1_clamp_limit=None,
+            gemm2_weights=w2,
+            gemm2_weights_scale=w2_scale,
+            gemm2_bias=None,
+            output1_scale_scalar=None,
+            output1_scale_gate_scalar=None,
+            output2_scale_scalar=None,
+            num_experts=experts,
+            top_k=top_k,
+            n_group=None,
+            topk_group=None,
+            intermediate_size=inter,
+            local_expert_offset=0,
+            local_num_experts=experts,
+            routed_scaling_factor=None,
+            routing_method_type=1,
+            do_finalize=True,
+            tune_max_num_tokens=f.utils.next_positive_power_of_2(tokens),
+            output=output,
+        )[0]
+
+    def bf16_problem(tokens=6, seed=0):
+        return [
+            _random(tokens, experts, seed=seed, dtype=torch.float32),
+            _random(tokens, hidden, seed=seed + 1),
+            _random(experts, 2 * inter // 128, hidden // 128, 128, seed=2),
+            _random(experts, hidden // 128, inter, 128, seed=3),
+        ]
+
+    def positional(logits, states, w1, w2, *more):
+        named = dict(zip(("routing_replay_out", "output"), more, strict=False))
+        return bf16(
+            logits, None, states, w1, w2, experts, top_k, None, None, inter, 0, experts, **named
+        )
+
+    def fp4_positional(logits, states, scale, w1, w1_scale, w2, w2_scale, *replay):
+        named = {"routing_replay_out": replay[0]} if replay else {}
+        tensors = (w1, w1_scale, None, None, None, None, w2, w2_scale, None, None, None, None)
+        return fp4(
+            logits,
+            None,
+            states,
+            scale,
+            *tensors,
+            experts,
+            top_k,
+            None,
+            None,
+            inter,
+            0,
+            experts,
+            None,
+            1,
+            **named,
+        )
+
+    def replay(tokens=16):
+        return torch.full((tokens, top_k), -1, dtype=torch.int16)
+
+    cases = {
+        "trtllm_fp4_block_scale_moe as SGLang calls it, a dynamic token count": Case(
+            as_sglang,
+            fp4_problem,
+            ("fi_patch.trtllm_fp4_block_scale_moe_out",),
+            written=(7,),
+            mark_dynamic=((0, 0), (1, 0), (2, 0), (7, 0)),
+            again=(lambda: fp4_problem(11, seed=7), lambda: fp4_problem(3, seed=9)),
+        ),
+        "trtllm_bf16_moe positionally, a dynamic token count": Case(
+            lambda *a: positional(*a) * 2,
+            bf16_problem,
+            ("fi_patch.trtllm_bf16_moe",),
+            mark_dynamic=((0, 0), (1, 0)),
+            again=(lambda: bf16_problem(13, seed=5),),
+        ),
+        "trtllm_fp4_block_scale_moe positionally": Case(
+            fp4_positional,
+            lambda: fp4_problem()[:7],
+            ("fi_patch.trtllm_fp4_block_scale_moe",),
+        ),
+    }
+    if _has(fp4, "routing_replay_out"):
+        cases["trtllm_fp4_block_scale_moe writing routing_replay_out"] = Case(
+            fp4_positional,
+            lambda: [*fp4_problem()[:7], replay()],
+            ("fi_patch.trtllm_fp4_block_scale_moe_writes",),
+            written=(7,),
+        )
+    if _has(bf16, "routing_replay_out"):
+        cases["trtllm_bf16_moe writing routing_replay_out"] = Case(
+            positional,
+            lambda: [*bf16_problem(), replay()],
+            ("fi_patch.trtllm_bf16_moe_writes",),
+            written=(4,),
+        )
+    if _has(bf16, "output"):
+        cases["trtllm_bf16_moe into an output, writing routing_replay_out"] = Case(
+            positional,
+            lambda: [*bf16_problem(), replay(), torch.zeros(6, hidden, dtype=torch.bfloat16)],
+            ("fi_patch.trtllm_bf16_moe_out",),
+            written=(4, 5),
+        )
     return cases
 
 

@@ -220,6 +220,55 @@ def _no_aux_tc(
         replay[:tokens].copy_(picked.to(replay.dtype))
 
 
+# --- fused MoE: a deterministic function of the inputs -----------------------------------------
+
+# Where each trtllm MoE kernel takes routing_logits, hidden_states, the two weights, output, top_k,
+# do_finalize and routing_replay_out, by the number of arguments FlashInfer passes it: 0.6.8 (25
+# and 34), 0.7.0 (33 and 43), 0.7.4 (35 and 46). The kernels' argument lists differ by release;
+# the stand-in reads these alone.
+_MOE_ARGUMENTS = {
+    "trtllm_bf16_moe": {
+        25: (0, 4, 5, 6, 7, 9, 19, 24),
+        33: (1, 5, 6, 7, 12, 14, 24, 29),
+        35: (1, 5, 6, 7, 12, 14, 24, 29),
+    },
+    "trtllm_fp4_block_scale_moe": {
+        34: (0, 4, 6, 12, 30, 19, 27, 33),
+        43: (1, 5, 7, 14, 34, 22, 31, 37),
+        46: (1, 5, 7, 14, 34, 22, 31, 37),
+    },
+}
+
+
+def _trtllm_moe(kind):
+    """Softmax top-k routing over the logits, then per token the sum, weighted, of what each
+    chosen expert gives: the token's values (FP4's bytes read as two 4-bit codes) scaled by a
+    number of that expert's weights. Written into output where do_finalize (the only form the
+    compiled cases call; the kernel's other outputs are not read then), and the chosen experts
+    into routing_replay_out where given."""
+
+    def kernel(*args):
+        where = _MOE_ARGUMENTS[kind].get(len(args))
+        if where is None:
+            raise LookupError(f"no CPU stand-in for {kind} with {len(args)} arguments")
+        logits, hidden, w1, w2, output, top_k, finalize, replay = (args[i] for i in where)
+        if not finalize:
+            raise LookupError(f"no CPU stand-in for {kind} with do_finalize=False")
+        x = hidden.float()
+        if hidden.dtype == torch.uint8:
+            x = torch.stack([hidden & 0xF, hidden >> 4], -1).reshape(hidden.shape[0], -1).float()
+            x = x / 4 - 2
+        weights, experts = torch.softmax(logits.float(), -1).topk(top_k, -1)
+        per_expert = 1 + (w1.float().flatten(1).mean(1) - w2.float().flatten(1).mean(1)) / 64
+        scale = (weights * per_expert[experts]).sum(-1, keepdim=True)
+        output.copy_((x[:, : output.shape[1]] * scale).to(output.dtype))
+        if replay is not None:
+            replay[: experts.shape[0]].copy_(experts.to(replay.dtype))
+        return []
+
+    return kernel
+
+
 # --- cascade, paging, packbits ------------------------------------------------------------------
 
 
@@ -508,6 +557,8 @@ KERNELS = {
     "rope_quantize": _rope_quantize,
     "concat_mla_k": _concat_mla_k,
     "NoAuxTc": _no_aux_tc,
+    "trtllm_bf16_moe": _trtllm_moe("trtllm_bf16_moe"),
+    "trtllm_fp4_block_scale_moe": _trtllm_moe("trtllm_fp4_block_scale_moe"),
     "merge_state": _merge_state,
     "merge_state_in_place": _merge_state_in_place,
     "merge_states": _merge_states,
@@ -540,10 +591,12 @@ class Kernels:
         if name.startswith("__"):
             raise AttributeError(name)
         kernel = KERNELS.get(name)
-        if kernel is None:
-            raise LookupError(f"no CPU stand-in for FlashInfer's kernel {name}")
 
+        # Raised at the call, not at the lookup: 0.7's trtllm MoE module reads every kernel it
+        # may call into a namespace when it is built.
         def run(*args, **kwargs):
+            if kernel is None:
+                raise LookupError(f"no CPU stand-in for FlashInfer's kernel {name}")
             with torch.no_grad():
                 return kernel(*args, **kwargs)
 
@@ -637,3 +690,7 @@ def install():
         built = space.get("_get_trtllm_low_latency_gemm_module_impl")
         if built is not None:
             space["get_trtllm_low_latency_gemm_module"] = functools.partial(built, False)
+        # 0.7.0 on asks it the same of the trtllm MoE module.
+        built = space.get("_get_trtllm_moe_sm100_module_impl")
+        if built is not None:
+            space["get_trtllm_moe_sm100_module"] = functools.partial(built, False)

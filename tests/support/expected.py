@@ -104,7 +104,11 @@ def _boundary(node: ast.FunctionDef, patch: str, operation: Boundary, rule: str)
     if operation.returns_when:
         checked += f',\n        returns_when="{operation.returns_when}"'
     if operation.only:
-        values = ", ".join(f'"{name}": "{value}"' for name, value in operation.only)
+        # A bool (do_finalize) is written as Python writes it, a name in quotes.
+        values = ", ".join(
+            f'"{name}": {value}' if isinstance(value, bool) else f'"{name}": "{value}"'
+            for name, value in operation.only
+        )
         checked += f",\n        only={{{values}}}"
     if operation.uncapturable:
         values = ", ".join(f'"{name}": "{value}"' for name, value in operation.uncapturable)
@@ -112,6 +116,8 @@ def _boundary(node: ast.FunctionDef, patch: str, operation: Boundary, rule: str)
     if operation.writes:
         names = "".join(f'"{name}", ' for name in operation.writes).rstrip()
         checked += f",\n        writes=({names})"
+    if operation.listed:
+        checked += ",\n        listed=True"
     call = (
         "from flashinfer import utils as _fi_patch_utils\n"
         "\n"

@@ -60,6 +60,10 @@ TOP_K_RENORM = "op-top-k-renorm-probs"
 TOP_P_RENORM = "op-top-p-renorm-probs"
 CONCAT = "op-concat-mla-k"
 TOPK_DEEPSEEK = "op-fused-topk-deepseek"
+TRTLLM_BF16 = "op-trtllm-bf16-moe"
+TRTLLM_FP4 = "op-trtllm-fp4-block-scale-moe"
+MOE = (TRTLLM_BF16, TRTLLM_FP4)
+"""The op-boundary patches of the trtllm fused MoE, in MOE_CORE from 0.6.8."""
 QUANTIZERS = (INTERLEAVE, MXFP8, BATCHED, GROUPED, SILU_EXPERTS)
 """The op-boundary patches of the quantizers: silu_and_mul_scaled_nvfp4_experts_quantize in
 flashinfer/activation.py from 0.6.0; from 0.6.7 mxfp8_quantize in FP8_QUANT and the others in
@@ -85,19 +89,22 @@ BOUNDARIES = (
     TOP_K_TOP_P,
     TOP_P_RENORM,
     TOP_P,
+    TRTLLM_BF16,
+    TRTLLM_FP4,
 )
 """The op-boundary patches, one public entry point each, in registry order: the activations
 (flashinfer/activation.py, from 0.6.0), bmm_fp8 and mm_fp8 (from 0.6.0) and mm_fp4 (from 0.6.7)
 in flashinfer/gemm/gemm_base.py, QUANTIZERS, in flashinfer/sampling.py the samplers (MIN_P,
 TOP_K, TOP_K_TOP_P, TOP_P, from 0.6.7) and the renorm samplers (MASK, TOP_K_RENORM,
 TOP_P_RENORM, from 0.6.0), concat_mla_k (CONCAT) in CONCAT_OPS and fused_topk_deepseek
-(TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0."""
+(TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, and MOE in MOE_CORE, from 0.6.8."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
 SAMPLING = "flashinfer/sampling.py"
 CONCAT_OPS = "flashinfer/concat_ops.py"
 ROUTING_DSV3 = "flashinfer/fused_moe/fused_routing_dsv3.py"
+MOE_CORE = "flashinfer/fused_moe/core.py"
 LOGGING = "api-logging-under-compile"
 API_LOGGING = "flashinfer/api_logging.py"
 
@@ -382,9 +389,14 @@ BOUNDARY_SHA256 = {
 
 
 # The shape of each op-* patch that holds a file of its own (op-concat-mla-k from 0.6.0, not in
-# 0.6.0rc1; op-fused-topk-deepseek from 0.6.0rc1) and sha256[:12] of that file, by release, taken
-# from the archives the index verified.
-OWN_FILES = {CONCAT: CONCAT_OPS, TOPK_DEEPSEEK: ROUTING_DSV3}
+# 0.6.0rc1; op-fused-topk-deepseek from 0.6.0rc1; the MOE patches, which share one, from 0.6.8)
+# and sha256[:12] of that file, by release, taken from the archives the index verified.
+OWN_FILES = {
+    CONCAT: CONCAT_OPS,
+    TOPK_DEEPSEEK: ROUTING_DSV3,
+    TRTLLM_BF16: MOE_CORE,
+    TRTLLM_FP4: MOE_CORE,
+}
 OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     CONCAT: {
         "0.6.0": ("0.6.0", "8c4db483c4d9"),
@@ -414,6 +426,30 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
         "0.7.1rc1": ("0.7.0", "17dca114bb33"),
         "0.7.2rc6": ("0.7.0", "029f8e836a9c"),
         "0.7.4": ("0.7.0", "e21d3d9b5bce"),
+    },
+    TRTLLM_BF16: {
+        "0.6.8": ("0.6.8", "9679373706f0"),
+        "0.6.10": ("0.6.10", "1389409fe9e4"),
+        "0.6.11.post3": ("0.6.10", "7bd98302637d"),
+        "0.6.12": ("0.6.10", "939b83594136"),
+        "0.6.18.post1": ("0.6.18", "a4cf1af5169d"),
+        "0.7.0": ("0.7.0", "c929dbfc28ea"),
+        "0.7.1": ("0.7.0", "d6a8333a2749"),
+        "0.7.1rc1": ("0.7.0", "01bfd2208869"),
+        "0.7.2rc6": ("0.7.0", "c73d97dca488"),
+        "0.7.4": ("0.7.4", "c1170d4734cd"),
+    },
+    TRTLLM_FP4: {
+        "0.6.8": ("0.6.8", "9679373706f0"),
+        "0.6.10": ("0.6.10", "1389409fe9e4"),
+        "0.6.11.post3": ("0.6.11", "7bd98302637d"),
+        "0.6.12": ("0.6.12", "939b83594136"),
+        "0.6.18.post1": ("0.6.18", "a4cf1af5169d"),
+        "0.7.0": ("0.7.0", "c929dbfc28ea"),
+        "0.7.1": ("0.7.1", "d6a8333a2749"),
+        "0.7.1rc1": ("0.7.1", "01bfd2208869"),
+        "0.7.2rc6": ("0.7.1", "c73d97dca488"),
+        "0.7.4": ("0.7.4", "c1170d4734cd"),
     },
 }
 

@@ -35,9 +35,13 @@ _fi_patch_boundaries: "Dict[str, _FiPatchBoundary]" = {}
 # one value of only (`only`: backend "cuda"; another value is traced as the function's body), the
 # sequences FlashInfer compares with tuples (`tuples`), and the values that make a call's body one
 # a CUDA graph cannot capture (`uncapturable`: seed "none" where it is None, check_nan "true"
-# where it is true): such a call is the op NAME_uncapturable, tagged cudagraph_unsafe. An entry
-# point that returns nothing and writes its parameters (`writes`: concat_mla_k's k) is an op that
-# declares them written and returns nothing.
+# where it is true): such a call is the op NAME_uncapturable, tagged cudagraph_unsafe. The
+# parameters an entry point writes (`writes`: concat_mla_k's k, the trtllm MoE's
+# routing_replay_out and workspace_buffer) its ops declare written; an entry point that returns
+# nothing (`returns` 0) is an op that returns nothing, and one that returns its output and writes
+# optional parameters has the op NAME_writes for a call that passes one of them. An entry point
+# that returns its one output in a list (`listed`: trtllm_fp4_block_scale_moe) has an op that
+# returns the tensor, and its routing function gives the list back.
 class _FiPatchBoundary(object):
     def __init__(self, name: "str", fn: "Any") -> "None":
         self.name = name
@@ -59,6 +63,7 @@ class _FiPatchBoundary(object):
         self.tuples: "Tuple[str, ...]" = ()
         self.uncapturable: "Dict[str, str]" = {}
         self.writes: "Tuple[str, ...]" = ()
+        self.listed = False
 
 
 # A parameter the caller must pass: it has no default.
@@ -89,10 +94,12 @@ def _fi_patch_boundary(
     only: "Optional[Dict[str, Any]]" = None,
     uncapturable: "Optional[Dict[str, str]]" = None,
     writes: "Tuple[str, ...]" = (),
+    listed: "bool" = False,
 ) -> "Any":
     entry = _FiPatchBoundary(name, fn)
     entry.flag = returns_when
     entry.writes = tuple(writes)
+    entry.listed = listed
     entry.only = dict(only or {})
     entry.uncapturable = dict(uncapturable or {})
     _fi_patch_boundaries[name] = entry
@@ -250,8 +257,8 @@ def _fi_patch_tags(uncapturable: "bool" = False) -> "Tuple[Any, ...]":
 
 # fi_patch::NAME (and NAME_out, NAME_uncapturable where the entry point has them), each calling
 # the entry point eagerly with the arguments joined again, with the fake and no autograd. Where
-# the entry point writes its parameters (`entry.writes`), fi_patch::NAME declares them written and
-# returns nothing.
+# the entry point writes its parameters (`entry.writes`), fi_patch::NAME and NAME_out declare them
+# written; where it returns nothing (`returns` 0), so does fi_patch::NAME.
 def _fi_patch_make_ops(
     entry: "_FiPatchBoundary",
     typed: "List[Any]",
@@ -266,17 +273,27 @@ def _fi_patch_make_ops(
 
     fn, passed = entry.fn, [p.name for p in typed]
     result: "Any" = torch.Tensor if returns == 1 else typing.Tuple[(torch.Tensor,) * returns]
-    if entry.writes:
+    if returns == 0:
         result = None
 
     def run(*values: "Any") -> "Any":
-        return fn(**_fi_patch_arguments(entry, passed, values))
+        result = fn(**_fi_patch_arguments(entry, passed, values))
+        return result[0] if entry.listed else result
 
     def faked(*values: "Any") -> "Any":
         return fake(_fi_patch_joined(entry, passed, values), rule, check)
 
     run.__signature__ = inspect.Signature(typed, return_annotation=result)  # type: ignore[attr-defined]
-    made: "List[Tuple[str, Any, Tuple[str, ...], bool]]" = [("", run, entry.writes, False)]
+    # An op that returns its output and writes optional parameters is two: fi_patch::NAME, which
+    # writes none of them (a call that passes none), and NAME_writes, which declares them all
+    # written. Inductor (torch 2.14) cannot lower an op whose written arguments are all None
+    # while it returns a tensor.
+    both = bool(entry.writes) and returns > 0
+    made: "List[Tuple[str, Any, Tuple[str, ...], bool]]" = [
+        ("", run, () if both else entry.writes, False)
+    ]
+    if both:
+        made.append(("_writes", run, entry.writes, False))
     if entry.uncapturable:
         made.append(("_uncapturable", run, (), True))
     if out:
@@ -286,7 +303,7 @@ def _fi_patch_make_ops(
 
         written = [p.replace(annotation=torch.Tensor) if p.name == out else p for p in typed]
         run_out.__signature__ = inspect.Signature(written, return_annotation=None)  # type: ignore[attr-defined]
-        made.append(("_out", run_out, (out,), False))
+        made.append(("_out", run_out, (out, *entry.writes), False))
     for suffix, body, mutates, uncapturable in made:
         op = torch.library.custom_op(
             "fi_patch::" + entry.name + suffix,
@@ -390,7 +407,10 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
     op = getattr(torch.ops.fi_patch, name)
     out_op = getattr(torch.ops.fi_patch, name + "_out") if at >= 0 else None
     unsafe_op = getattr(torch.ops.fi_patch, name + "_uncapturable", None)
+    writes_op = getattr(torch.ops.fi_patch, name + "_writes", None)
+    written = [names.index(w) for w in entry.writes]
     unsafe = [(names.index(k), v) for k, v in entry.uncapturable.items()]
+    listed = entry.listed
 
     def traced(*args: "Any", **kwargs: "Any") -> "Any":
         values = _fi_patch_boundary_bind(called, names, defaults, positional, args, kwargs)
@@ -414,11 +434,18 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
                 passed.append(value)
         if out_op is not None and passed[at] is not None:
             out_op(*passed)
-            return passed[at]
+            return [passed[at]] if listed else passed[at]
         uncapturable = any(
             (values[i] is None) if v == "none" else bool(values[i]) for i, v in unsafe
         )
-        result = (unsafe_op if uncapturable and unsafe_op is not None else op)(*passed)
+        chosen = op
+        if uncapturable and unsafe_op is not None:
+            chosen = unsafe_op
+        elif writes_op is not None and any(values[i] is not None for i in written):
+            chosen = writes_op
+        result = chosen(*passed)
+        if listed:
+            return [result]
         return result[0] if flag >= 0 and not values[flag] else result
 
     entry.traced = traced
@@ -941,6 +968,69 @@ def _fi_patch_fake_fused_topk_deepseek(
     return None
 
 
+# The trtllm fused MoE (flashinfer/fused_moe/core.py: trtllm_bf16_moe, trtllm_fp4_block_scale_moe),
+# finalized (do_finalize true, the one value the op carries: unfinalized, the first output's rows
+# follow the routing on the device). FlashInfer's own check of routing_replay_out
+# (_validate_routing_replay_out: int16, 2-D, top_k columns, contiguous; from 0.7.0 at least a row
+# per token: ValueError) runs first, as the entry point runs it. Then the output as the kernel
+# module's op allocates it: bfloat16 (num_tokens, width), width the hidden size (an FP4 input,
+# uint8, packs two values a byte) or valid_hidden_size where given (0.7.0 on: positive, and no
+# wider than the hidden size once rounded up to 128, ValueError). A given output is checked as the
+# op checks it, and written. The rule is that check: "exact" (trtllm_bf16_moe, which takes output
+# from 0.7.0: of that shape, bfloat16, on the input's device, ValueError) or "narrow"
+# (trtllm_fp4_block_scale_moe: bfloat16 and the device, ValueError; the token count and a width
+# within the hidden size, AssertionError; valid_hidden_size's width where given, ValueError). The
+# routing, the autotuner and the kernel's own checks run in the op.
+def _fi_patch_fake_trtllm_moe(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    import inspect
+
+    hidden, output, top_k = values["hidden_states"], values.get("output"), values["top_k"]
+    tokens = hidden.shape[0]
+    replay = values.get("routing_replay_out")
+    if "num_tokens" in inspect.signature(check).parameters:
+        check(replay, top_k, num_tokens=tokens)
+    else:
+        check(replay, top_k)
+    size = hidden.shape[-1] * (2 if hidden.dtype == torch.uint8 else 1)
+    valid = values.get("valid_hidden_size")
+    if valid is not None and valid <= 0:
+        raise ValueError("valid_hidden_size must be positive, got %s" % valid)
+    if valid is not None and _fi_patch_round_up(valid, 128) > size:
+        raise ValueError(
+            "roundUp(valid_hidden_size, 128) must be <= padded hidden_size, got %s > %s"
+            % (_fi_patch_round_up(valid, 128), size)
+        )
+    width = size if valid is None else valid
+    if output is None:
+        return hidden.new_empty((tokens, width), dtype=torch.bfloat16)
+    expected = (tokens, size) if rule == "exact" else None
+    if expected is not None and tuple(output.shape) != expected:
+        raise ValueError("Invalid shape of output: expected %s, got %s" % (expected, output.shape))
+    if output.dtype != torch.bfloat16:
+        raise ValueError(
+            "Invalid dtype of output: expected %s, got %s" % (torch.bfloat16, output.dtype)
+        )
+    if output.device != hidden.device:
+        raise ValueError(
+            "Invalid device of output: expected %s, got %s" % (hidden.device, output.device)
+        )
+    if rule == "narrow":
+        assert output.shape[0] == tokens, "output.shape[0]=%s must be equal to %s" % (
+            output.shape[0],
+            tokens,
+        )
+        assert output.shape[1] <= size, "output.shape[1]=%s must be less than or equal to %s" % (
+            output.shape[1],
+            size,
+        )
+        if valid is not None and output.shape[1] != valid:
+            raise ValueError(
+                "output.shape[1] must equal valid_hidden_size=%s when valid_hidden_size is "
+                "provided, got %s" % (valid, output.shape[1])
+            )
+    return None
+
+
 _FiPatchFake = Callable[[Dict[str, Any], str, Any], Any]
 
 # The rules each fake knows: a patch naming another is refused when the registry loads it, and
@@ -960,6 +1050,7 @@ _fi_patch_boundary_rules = {
     "renorm": ("float32", "workspace", "input-dtype"),
     "concat_mla_k": ("default", "backends"),
     "fused_topk_deepseek": ("checked",),
+    "trtllm_moe": ("exact", "narrow"),
 }
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
@@ -977,4 +1068,5 @@ _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "renorm": _fi_patch_fake_renorm,
     "concat_mla_k": _fi_patch_fake_concat_mla_k,
     "fused_topk_deepseek": _fi_patch_fake_fused_topk_deepseek,
+    "trtllm_moe": _fi_patch_fake_trtllm_moe,
 }

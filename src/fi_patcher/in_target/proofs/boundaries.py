@@ -41,6 +41,8 @@ def forms(torch, f, name):
         return _concat_mla_k(torch)
     if name == "fused_topk_deepseek":
         return _fused_topk_deepseek(torch, f)
+    if name in MOE:
+        return _trtllm_moe(torch, f, name)
     return None, None
 
 
@@ -361,6 +363,146 @@ def _fused_topk_deepseek(torch, f):
     return calls, refused
 
 
+MOE = ("trtllm_bf16_moe", "trtllm_fp4_block_scale_moe")
+
+
+def _trtllm_moe(torch, f, name):
+    """The trtllm fused MoE (flashinfer.fused_moe's), finalized, on meta tensors: 8 experts, top 2,
+    a hidden size of 256 (FP4: 128 bytes a token and block scales; BF16: the weights in 128-byte
+    blocks). Called as SGLang calls it: by keyword, into its own output, with
+    tune_max_num_tokens the next power of two of the token count (FlashInfer's
+    next_positive_power_of_2, which Dynamo traces symbolically), over a dynamic token count;
+    positionally with FlashInfer's defaults; with routing_replay_out. Refused: routing_replay_out
+    of another dtype, and an output of too few rows."""
+    import inspect
+
+    def fused(*args, **kwargs):
+        # Looked up at each call, as a caller's `flashinfer.fused_moe.NAME(...)` is.
+        return getattr(f.fused_moe, name)(*args, **kwargs)
+
+    parameters = inspect.signature(getattr(f.fused_moe, name)).parameters
+    fp4 = name == "trtllm_fp4_block_scale_moe"
+    experts, top_k, hidden, inter = 8, 2, 256, 128
+    u8, fp8 = torch.uint8, torch.float8_e4m3fn
+
+    def problem(tokens):
+        logits = _meta(torch, tokens, experts, dtype=torch.float32)
+        if not fp4:
+            return (
+                logits,
+                _meta(torch, tokens, hidden),
+                _meta(torch, experts, 2 * inter // 128, hidden // 128, 128),
+                _meta(torch, experts, hidden // 128, inter, 128),
+            )
+        return (
+            logits,
+            _meta(torch, tokens, hidden // 2, dtype=u8),
+            _meta(torch, tokens, hidden // 16, dtype=fp8),
+            _meta(torch, experts, 2 * inter, hidden // 2, dtype=u8),
+            _meta(torch, experts, 2 * inter, hidden // 16, dtype=fp8),
+            _meta(torch, experts, hidden, inter // 2, dtype=u8),
+            _meta(torch, experts, hidden, inter // 16, dtype=fp8),
+        )
+
+    def named(arguments, **more):
+        if not fp4:
+            logits, states, w1, w2 = arguments
+            weights = {"gemm1_weights": w1, "gemm2_weights": w2}
+            scales = {}
+        else:
+            logits, states, states_scale, w1, w1_scale, w2, w2_scale = arguments
+            weights = {
+                "gemm1_weights": w1,
+                "gemm1_weights_scale": w1_scale,
+                "gemm2_weights": w2,
+                "gemm2_weights_scale": w2_scale,
+            }
+            scales = {"hidden_states_scale": states_scale}
+            for unused in ("gemm1_bias", "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit"):
+                scales[unused] = None
+            for unused in ("gemm2_bias", "output1_scale_scalar", "output1_scale_gate_scalar"):
+                scales[unused] = None
+            scales["output2_scale_scalar"] = None
+        values = dict(
+            routing_logits=logits,
+            routing_bias=None,
+            hidden_states=states,
+            num_experts=experts,
+            top_k=top_k,
+            n_group=None,
+            topk_group=None,
+            intermediate_size=inter,
+            local_expert_offset=0,
+            local_num_experts=experts,
+            routed_scaling_factor=None,
+            routing_method_type=1,
+            **weights,
+            **scales,
+            **more,
+        )
+        return {k: v for k, v in values.items() if k in parameters}
+
+    def power_of_two(tokens):
+        return f.utils.next_positive_power_of_2(tokens)
+
+    def by_keyword(*arguments):
+        return fused(**named(arguments, do_finalize=True))
+
+    def positional(*arguments):
+        values = named(arguments)
+        order = []
+        for parameter in parameters:
+            if parameter not in values:
+                break
+            order.append(values[parameter])
+        return fused(*order)
+
+    def into(*arguments):
+        *arguments, output = arguments
+        tokens = arguments[0].shape[0]
+        more = {"tune_max_num_tokens": power_of_two(tokens), "do_finalize": True}
+        return fused(**named(arguments, output=output, **more))
+
+    def replayed(*arguments):
+        *arguments, replay = arguments
+        return fused(**named(arguments, routing_replay_out=replay))
+
+    def output(tokens):
+        return (*problem(tokens), _meta(torch, tokens, hidden))
+
+    calls = [
+        ("by keyword", by_keyword, problem(16), None),
+        ("positional, FlashInfer's defaults", positional, problem(16), None),
+        ("a dynamic token count", by_keyword, problem(40), 0),
+    ]
+    if "output" in parameters:
+        calls.append(("out: output=, as SGLang calls it", into, output(16), None))
+        calls.append(("out: output=, a dynamic token count", into, output(40), 0))
+    refused = []
+    if "routing_replay_out" in parameters:
+        replay = _meta(torch, 64, top_k, dtype=torch.int16)
+        calls.append(("writes: routing_replay_out", replayed, (*problem(16), replay), None))
+        wrong = _meta(torch, 64, top_k, dtype=torch.int32)
+        refused.append(("an int32 routing_replay_out", replayed, (*problem(16), wrong)))
+    if "output" in parameters:
+        refused.append(("an output of too few rows", into, (*problem(16), output(8)[-1])))
+    if fp4:
+        # MXFP4 weights with bfloat16 activations, which have no scales.
+        def unscaled(logits, states, *weights):
+            return by_keyword(logits, states, None, *weights)
+
+        bf16 = (problem(16)[0], _meta(torch, 16, hidden), *problem(16)[3:])
+        calls.append(("bfloat16 activations", unscaled, bf16, None))
+    if "valid_hidden_size" in parameters:
+
+        def narrower(width):
+            return lambda *a: fused(**named(a, valid_hidden_size=width))
+
+        calls.append(("valid_hidden_size", narrower(200), problem(16), None))
+        refused.append(("valid_hidden_size past the hidden size", narrower(300), problem(16)))
+    return calls, refused
+
+
 FORMS = {
     "silu_and_mul": _activation,
     "gelu_and_mul": _activation,
@@ -576,6 +718,13 @@ def stand_ins(torch, name):
     if name == "fused_topk_deepseek":
         # @backend_requirement asks the device's capability first.
         return {"get_compute_capability": lambda device: (10, 0)}
+    if name in MOE:
+        # Its getter loads the kernels' cubins (0.6) and asks the device's capability (0.7).
+        return {
+            "get_trtllm_moe_sm100_module": _trtllm_moe_module(),
+            "setup_cubin_loader": lambda *args, **kwargs: None,
+            "get_compute_capability": lambda device: (10, 0),
+        }
     if name not in ("mm_fp4", "bmm_fp8", "mm_fp8"):
         return {}
 
@@ -596,6 +745,21 @@ def stand_ins(torch, name):
 BUILT = object()
 
 
+def _trtllm_moe_module():
+    """The trtllm MoE module getter run as it is, its JIT spec stood in: the kernel module's ops
+    (their checks, allocation and autotuner) run, and the kernels do nothing. From 0.7.0 the
+    getter asks the current CUDA device which build to load: the build for SM100 then."""
+    import flashinfer.fused_moe.core as core
+
+    impl = getattr(core, "_get_trtllm_moe_sm100_module_impl", None)
+    getter = core.get_trtllm_moe_sm100_module
+
+    def module():
+        return built(impl)(False) if impl is not None else built(getter)()
+
+    return module
+
+
 def built(getter):
     """The module getter, uncached, with every gen_*_module of its module answering a JIT spec
     whose build_and_load() gives a Stub: the getter's own functions run, and the kernels they
@@ -605,6 +769,13 @@ def built(getter):
     class Spec(object):
         def build_and_load(self):
             return Stub()
+
+        # 0.7's trtllm MoE getter asks where its libraries are.
+        def get_library_path(self):
+            return ""
+
+        def get_library_paths(self):
+            return []
 
     def run(*args, **kwargs):
         space = inner.__globals__
@@ -689,9 +860,12 @@ def prove(ctx):
 
 
 def _unwritten(torch, entry):
-    """The parameters the entry point writes (where it returns nothing) that its op's schema
-    does not mark written: Inductor would take them as read only."""
-    schema = getattr(torch.ops.fi_patch, entry.name).default._schema
+    """The parameters the entry point writes that its op's schema (NAME_writes's, where the op
+    returns its output and the parameters are optional) does not mark written: Inductor would
+    take them as read only."""
+    op = getattr(torch.ops.fi_patch, entry.name + "_writes", None)
+    op = op if op is not None else getattr(torch.ops.fi_patch, entry.name)
+    schema = op.default._schema
     marked = {a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write}
     return [w for w in entry.writes if w not in marked]
 
@@ -731,6 +905,7 @@ def _traced(ctx, torch, name, entry, standing, what, fn, arguments, dynamic):
         ctx.problem("%s, %s, does not trace: %s" % (name, what, _first_line(exc)))
         return False
     op = name + "_out" if re.search(r"\bout\b", what) else name
+    op = name + "_writes" if re.search(r"\bwrites\b", what) else op
     wanted = ("fi_patch.%s" % op, "fi_patch.%s.default" % op)
     mine = [c for c in graph if c in wanted]
     theirs = [c for c in graph if c.startswith(("flashinfer.", "fi_patch"))]
