@@ -57,6 +57,8 @@ from tests.support.releases import (
     TOPK_DEEPSEEK,
     TRTLLM_BF16,
     TRTLLM_FP4,
+    TRTLLM_FP8_BLOCK,
+    TRTLLM_FP8_TENSOR,
     release,
     released_text,
 )
@@ -89,6 +91,8 @@ ENTRY_POINTS = {
     TOPK_DEEPSEEK: "fused_topk_deepseek",
     TRTLLM_BF16: "trtllm_bf16_moe",
     TRTLLM_FP4: "trtllm_fp4_block_scale_moe",
+    TRTLLM_FP8_BLOCK: "trtllm_fp8_block_scale_moe",
+    TRTLLM_FP8_TENSOR: "trtllm_fp8_per_tensor_scale_moe",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -107,6 +111,10 @@ MOE_FORMS = (
     "writes: routing_replay_out"
 )
 MOE_REFUSED = "an int32 routing_replay_out, an output of too few rows"
+MOE_UNFINALIZED = (
+    "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
+    "writes: routing_replay_out"
+)
 PROVEN = {
     "min_p_sampling_from_probs": SAMPLED,
     # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
@@ -161,6 +169,11 @@ PROVEN = {
         MOE_FORMS + ", bfloat16 activations, valid_hidden_size",
         MOE_REFUSED + ", valid_hidden_size past the hidden size",
     ),
+    "trtllm_fp8_block_scale_moe": (
+        MOE_FORMS + ", valid_hidden_size",
+        MOE_REFUSED + ", valid_hidden_size past the hidden size",
+    ),
+    "trtllm_fp8_per_tensor_scale_moe": (MOE_FORMS, MOE_REFUSED),
     # out= from 0.7.2.post1: the proof adds its forms where the function takes it.
     "block_scale_interleave": (
         "positional, by keyword, 3-D bfloat16, by its other name, a dynamic dimension",
@@ -184,13 +197,10 @@ BEFORE = {
         "it refuses no input before its kernel",
     ),
     "fused_topk_deepseek": ("0.6.8", "positional, by keyword, a dynamic token count", "topk 9"),
-    "trtllm_bf16_moe": (
-        "0.6.14",
-        "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
-        "writes: routing_replay_out",
-        "an int32 routing_replay_out",
-    ),
+    "trtllm_bf16_moe": ("0.6.14", MOE_UNFINALIZED, "an int32 routing_replay_out"),
     "trtllm_fp4_block_scale_moe": ("0.7.0", MOE_FORMS + ", bfloat16 activations", MOE_REFUSED),
+    "trtllm_fp8_block_scale_moe": ("0.6.14", MOE_UNFINALIZED, "an int32 routing_replay_out"),
+    "trtllm_fp8_per_tensor_scale_moe": ("0.6.14", MOE_UNFINALIZED, "an int32 routing_replay_out"),
 }
 
 

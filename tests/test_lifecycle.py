@@ -56,6 +56,8 @@ from tests.support.releases import (
     TOPK_DEEPSEEK,
     TRTLLM_BF16,
     TRTLLM_FP4,
+    TRTLLM_FP8_BLOCK,
+    TRTLLM_FP8_TENSOR,
     UNDER_COMPILE,
     UNKNOWN_IN,
     UTILS,
@@ -206,7 +208,12 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     routing = [(p["id"], p["shape"]) for p in records[ROUTING_DSV3]["patches"]]
     assert routing == [(TOPK_DEEPSEEK, "0.6.10")]
     moe = [(p["id"], p["shape"]) for p in records[MOE_CORE]["patches"]]
-    assert moe == [(TRTLLM_BF16, "0.6.18"), (TRTLLM_FP4, "0.6.18")]
+    assert moe == [
+        (TRTLLM_BF16, "0.6.18"),
+        (TRTLLM_FP4, "0.6.18"),
+        (TRTLLM_FP8_BLOCK, "0.6.18"),
+        (TRTLLM_FP8_TENSOR, "0.6.14"),
+    ]
     assert [(p["id"], p["shape"]) for p in records[UTILS]["patches"]] == [
         (DECLARED, "no-op"),
         (DECLARED_FAKE, "no-op"),

@@ -486,7 +486,9 @@ def _fused_moe(f):
         ]
 
     def positional(logits, states, w1, w2, *more):
-        named = dict(zip(("routing_replay_out", "output"), more, strict=False))
+        # Not zip(): Dynamo 2.8 refuses zip(..., strict=False) of unequal lengths.
+        keys = ("routing_replay_out", "output")
+        named = {keys[i]: more[i] for i in range(len(more))}
         return bf16(
             logits, None, states, w1, w2, experts, top_k, None, None, inter, 0, experts, **named
         )
@@ -558,6 +560,80 @@ def _fused_moe(f):
             ("fi_patch.trtllm_bf16_moe_out",),
             written=(4, 5),
         )
+    return {**cases, **_fp8_moe(f, experts, top_k, hidden, inter, replay)}
+
+
+def _fp8_moe(f, experts, top_k, hidden, inter, replay):
+    """The two FP8 trtllm MoE by keyword, each alone, writing routing_replay_out, and into an
+    output (0.6.14 on) writing it too: DeepSeek's 128-wide block scales, and per-tensor scales."""
+    moe = f.fused_moe
+    fp8 = torch.float8_e4m3fn
+    kinds = {
+        "trtllm_fp8_block_scale_moe": lambda: {
+            "hidden_states": _random(6, hidden, seed=1).to(fp8),
+            "hidden_states_scale": _random(hidden // 128, 6, seed=2, dtype=torch.float32).abs(),
+            "gemm1_weights": _random(experts, 2 * inter, hidden, seed=3).to(fp8),
+            "gemm1_weights_scale": torch.ones(experts, 2 * inter // 128, hidden // 128),
+            "gemm2_weights": _random(experts, hidden, inter, seed=4).to(fp8),
+            "gemm2_weights_scale": torch.ones(experts, hidden // 128, inter // 128),
+        },
+        "trtllm_fp8_per_tensor_scale_moe": lambda: {
+            "hidden_states": _random(6, hidden, seed=1).to(fp8),
+            "gemm1_weights": _random(experts, 2 * inter, hidden, seed=3).to(fp8),
+            "output1_scales_scalar": torch.ones(experts),
+            "output1_scales_gate_scalar": torch.ones(experts),
+            "gemm2_weights": _random(experts, hidden, inter, seed=4).to(fp8),
+            "output2_scales_scalar": torch.ones(experts),
+        },
+    }
+    cases = {}
+    for name, tensors in kinds.items():
+        fn = getattr(moe, name, None)
+        if fn is None:
+            continue
+        names = ["routing_logits", *tensors()]
+        fixed = {"use_routing_scales_on_input": False} if "per_tensor" in name else {}
+
+        def call(*values, fn=fn, names=names, fixed=fixed):
+            keys = [*names, "routing_replay_out", "output"]
+            named = {keys[i]: values[i] for i in range(len(values))}
+            return fn(
+                routing_bias=None,
+                num_experts=experts,
+                top_k=top_k,
+                n_group=None,
+                topk_group=None,
+                intermediate_size=inter,
+                local_expert_offset=0,
+                local_num_experts=experts,
+                routed_scaling_factor=None,
+                routing_method_type=1,
+                **fixed,
+                **named,
+            )
+
+        def problem(tensors=tensors):
+            return [_random(6, experts, dtype=torch.float32), *tensors().values()]
+
+        n = len(names)
+        cases[f"{name} by keyword"] = Case(call, problem, (f"fi_patch.{name}",))
+        cases[f"{name} writing routing_replay_out"] = Case(
+            call,
+            lambda problem=problem: [*problem(), replay()],
+            (f"fi_patch.{name}_writes",),
+            written=(n,),
+        )
+        if _has(fn, "output"):
+            cases[f"{name} into an output, writing routing_replay_out"] = Case(
+                call,
+                lambda problem=problem: [
+                    *problem(),
+                    replay(),
+                    torch.zeros(6, hidden, dtype=torch.bfloat16),
+                ],
+                (f"fi_patch.{name}_out",),
+                written=(n, n + 1),
+            )
     return cases
 
 

@@ -223,9 +223,9 @@ def _no_aux_tc(
 # --- fused MoE: a deterministic function of the inputs -----------------------------------------
 
 # Where each trtllm MoE kernel takes routing_logits, hidden_states, the two weights, output, top_k,
-# do_finalize and routing_replay_out, by the number of arguments FlashInfer passes it: 0.6.8 (25
-# and 34), 0.7.0 (33 and 43), 0.7.4 (35 and 46). The kernels' argument lists differ by release;
-# the stand-in reads these alone.
+# do_finalize and routing_replay_out, by the number of arguments FlashInfer passes it in 0.6.8,
+# 0.7.0 and 0.7.4 (BF16, FP4, FP8 block scales, FP8 per tensor). The kernels' argument lists
+# differ by release; the stand-in reads these alone.
 _MOE_ARGUMENTS = {
     "trtllm_bf16_moe": {
         25: (0, 4, 5, 6, 7, 9, 19, 24),
@@ -236,6 +236,16 @@ _MOE_ARGUMENTS = {
         34: (0, 4, 6, 12, 30, 19, 27, 33),
         43: (1, 5, 7, 14, 34, 22, 31, 37),
         46: (1, 5, 7, 14, 34, 22, 31, 37),
+    },
+    "trtllm_fp8_block_scale_moe": {
+        29: (0, 4, 6, 8, 10, 12, 22, 28),
+        42: (1, 5, 7, 14, 17, 19, 30, 36),
+        44: (1, 5, 7, 14, 17, 19, 30, 36),
+    },
+    "trtllm_fp8_per_tensor_scale_moe": {
+        25: (0, 2, 3, 6, 8, 10, 19, 24),
+        28: (0, 2, 3, 6, 8, 10, 19, 24),
+        31: (0, 2, 3, 6, 8, 10, 19, 24),
     },
 }
 
@@ -559,6 +569,8 @@ KERNELS = {
     "NoAuxTc": _no_aux_tc,
     "trtllm_bf16_moe": _trtllm_moe("trtllm_bf16_moe"),
     "trtllm_fp4_block_scale_moe": _trtllm_moe("trtllm_fp4_block_scale_moe"),
+    "trtllm_fp8_block_scale_moe": _trtllm_moe("trtllm_fp8_block_scale_moe"),
+    "trtllm_fp8_per_tensor_scale_moe": _trtllm_moe("trtllm_fp8_per_tensor_scale_moe"),
     "merge_state": _merge_state,
     "merge_state_in_place": _merge_state_in_place,
     "merge_states": _merge_states,

@@ -62,7 +62,9 @@ CONCAT = "op-concat-mla-k"
 TOPK_DEEPSEEK = "op-fused-topk-deepseek"
 TRTLLM_BF16 = "op-trtllm-bf16-moe"
 TRTLLM_FP4 = "op-trtllm-fp4-block-scale-moe"
-MOE = (TRTLLM_BF16, TRTLLM_FP4)
+TRTLLM_FP8_BLOCK = "op-trtllm-fp8-block-scale-moe"
+TRTLLM_FP8_TENSOR = "op-trtllm-fp8-per-tensor-scale-moe"
+MOE = (TRTLLM_BF16, TRTLLM_FP4, TRTLLM_FP8_BLOCK, TRTLLM_FP8_TENSOR)
 """The op-boundary patches of the trtllm fused MoE, in MOE_CORE from 0.6.8."""
 QUANTIZERS = (INTERLEAVE, MXFP8, BATCHED, GROUPED, SILU_EXPERTS)
 """The op-boundary patches of the quantizers: silu_and_mul_scaled_nvfp4_experts_quantize in
@@ -91,6 +93,8 @@ BOUNDARIES = (
     TOP_P,
     TRTLLM_BF16,
     TRTLLM_FP4,
+    TRTLLM_FP8_BLOCK,
+    TRTLLM_FP8_TENSOR,
 )
 """The op-boundary patches, one public entry point each, in registry order: the activations
 (flashinfer/activation.py, from 0.6.0), bmm_fp8 and mm_fp8 (from 0.6.0) and mm_fp4 (from 0.6.7)
@@ -396,6 +400,8 @@ OWN_FILES = {
     TOPK_DEEPSEEK: ROUTING_DSV3,
     TRTLLM_BF16: MOE_CORE,
     TRTLLM_FP4: MOE_CORE,
+    TRTLLM_FP8_BLOCK: MOE_CORE,
+    TRTLLM_FP8_TENSOR: MOE_CORE,
 }
 OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     CONCAT: {
@@ -449,6 +455,30 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
         "0.7.1": ("0.7.1", "d6a8333a2749"),
         "0.7.1rc1": ("0.7.1", "01bfd2208869"),
         "0.7.2rc6": ("0.7.1", "c73d97dca488"),
+        "0.7.4": ("0.7.4", "c1170d4734cd"),
+    },
+    TRTLLM_FP8_BLOCK: {
+        "0.6.8": ("0.6.8", "9679373706f0"),
+        "0.6.10": ("0.6.10", "1389409fe9e4"),
+        "0.6.11.post3": ("0.6.10", "7bd98302637d"),
+        "0.6.12": ("0.6.10", "939b83594136"),
+        "0.6.18.post1": ("0.6.18", "a4cf1af5169d"),
+        "0.7.0": ("0.7.0", "c929dbfc28ea"),
+        "0.7.1": ("0.7.1", "d6a8333a2749"),
+        "0.7.1rc1": ("0.7.1", "01bfd2208869"),
+        "0.7.2rc6": ("0.7.1", "c73d97dca488"),
+        "0.7.4": ("0.7.4", "c1170d4734cd"),
+    },
+    TRTLLM_FP8_TENSOR: {
+        "0.6.8": ("0.6.8", "9679373706f0"),
+        "0.6.10": ("0.6.10", "1389409fe9e4"),
+        "0.6.11.post3": ("0.6.10", "7bd98302637d"),
+        "0.6.12": ("0.6.10", "939b83594136"),
+        "0.6.18.post1": ("0.6.14", "a4cf1af5169d"),
+        "0.7.0": ("0.7.0", "c929dbfc28ea"),
+        "0.7.1": ("0.7.0", "d6a8333a2749"),
+        "0.7.1rc1": ("0.7.0", "01bfd2208869"),
+        "0.7.2rc6": ("0.7.0", "c73d97dca488"),
         "0.7.4": ("0.7.4", "c1170d4734cd"),
     },
 }

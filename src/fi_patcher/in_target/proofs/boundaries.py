@@ -363,7 +363,12 @@ def _fused_topk_deepseek(torch, f):
     return calls, refused
 
 
-MOE = ("trtllm_bf16_moe", "trtllm_fp4_block_scale_moe")
+MOE = (
+    "trtllm_bf16_moe",
+    "trtllm_fp4_block_scale_moe",
+    "trtllm_fp8_block_scale_moe",
+    "trtllm_fp8_per_tensor_scale_moe",
+)
 
 
 def _trtllm_moe(torch, f, name):
@@ -383,50 +388,16 @@ def _trtllm_moe(torch, f, name):
     parameters = inspect.signature(getattr(f.fused_moe, name)).parameters
     fp4 = name == "trtllm_fp4_block_scale_moe"
     experts, top_k, hidden, inter = 8, 2, 256, 128
-    u8, fp8 = torch.uint8, torch.float8_e4m3fn
+    inputs, fixed = _moe_inputs(torch, name, experts, hidden, inter)
 
     def problem(tokens):
         logits = _meta(torch, tokens, experts, dtype=torch.float32)
-        if not fp4:
-            return (
-                logits,
-                _meta(torch, tokens, hidden),
-                _meta(torch, experts, 2 * inter // 128, hidden // 128, 128),
-                _meta(torch, experts, hidden // 128, inter, 128),
-            )
-        return (
-            logits,
-            _meta(torch, tokens, hidden // 2, dtype=u8),
-            _meta(torch, tokens, hidden // 16, dtype=fp8),
-            _meta(torch, experts, 2 * inter, hidden // 2, dtype=u8),
-            _meta(torch, experts, 2 * inter, hidden // 16, dtype=fp8),
-            _meta(torch, experts, hidden, inter // 2, dtype=u8),
-            _meta(torch, experts, hidden, inter // 16, dtype=fp8),
-        )
+        return (logits, *(_meta(torch, *shape(tokens), dtype=dtype) for _, shape, dtype in inputs))
 
     def named(arguments, **more):
-        if not fp4:
-            logits, states, w1, w2 = arguments
-            weights = {"gemm1_weights": w1, "gemm2_weights": w2}
-            scales = {}
-        else:
-            logits, states, states_scale, w1, w1_scale, w2, w2_scale = arguments
-            weights = {
-                "gemm1_weights": w1,
-                "gemm1_weights_scale": w1_scale,
-                "gemm2_weights": w2,
-                "gemm2_weights_scale": w2_scale,
-            }
-            scales = {"hidden_states_scale": states_scale}
-            for unused in ("gemm1_bias", "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit"):
-                scales[unused] = None
-            for unused in ("gemm2_bias", "output1_scale_scalar", "output1_scale_gate_scalar"):
-                scales[unused] = None
-            scales["output2_scale_scalar"] = None
         values = dict(
-            routing_logits=logits,
+            routing_logits=arguments[0],
             routing_bias=None,
-            hidden_states=states,
             num_experts=experts,
             top_k=top_k,
             n_group=None,
@@ -436,8 +407,8 @@ def _trtllm_moe(torch, f, name):
             local_num_experts=experts,
             routed_scaling_factor=None,
             routing_method_type=1,
-            **weights,
-            **scales,
+            **{inputs[i][0]: arguments[1 + i] for i in range(len(arguments) - 1)},
+            **fixed,
             **more,
         )
         return {k: v for k, v in values.items() if k in parameters}
@@ -501,6 +472,46 @@ def _trtllm_moe(torch, f, name):
         calls.append(("valid_hidden_size", narrower(200), problem(16), None))
         refused.append(("valid_hidden_size past the hidden size", narrower(300), problem(16)))
     return calls, refused
+
+
+def _moe_inputs(torch, name, experts, hidden, inter):
+    """Each trtllm MoE's tensors after the routing logits, (parameter, shape by token count,
+    dtype), in the kernels' layouts, and the parameters it is given one value of."""
+    u8, fp8, f32, bf16 = torch.uint8, torch.float8_e4m3fn, torch.float32, torch.bfloat16
+    if name == "trtllm_bf16_moe":
+        return [
+            ("hidden_states", lambda t: (t, hidden), bf16),
+            ("gemm1_weights", lambda t: (experts, 2 * inter // 128, hidden // 128, 128), bf16),
+            ("gemm2_weights", lambda t: (experts, hidden // 128, inter, 128), bf16),
+        ], {}
+    if name == "trtllm_fp8_block_scale_moe":
+        return [
+            ("hidden_states", lambda t: (t, hidden), fp8),
+            ("hidden_states_scale", lambda t: (hidden // 128, t), f32),
+            ("gemm1_weights", lambda t: (experts, 2 * inter, hidden), fp8),
+            ("gemm1_weights_scale", lambda t: (experts, 2 * inter // 128, hidden // 128), f32),
+            ("gemm2_weights", lambda t: (experts, hidden, inter), fp8),
+            ("gemm2_weights_scale", lambda t: (experts, hidden // 128, inter // 128), f32),
+        ], {}
+    if name == "trtllm_fp8_per_tensor_scale_moe":
+        return [
+            ("hidden_states", lambda t: (t, hidden), fp8),
+            ("gemm1_weights", lambda t: (experts, 2 * inter, hidden), fp8),
+            ("output1_scales_scalar", lambda t: (experts,), f32),
+            ("output1_scales_gate_scalar", lambda t: (experts,), f32),
+            ("gemm2_weights", lambda t: (experts, hidden, inter), fp8),
+            ("output2_scales_scalar", lambda t: (experts,), f32),
+        ], {"use_routing_scales_on_input": False}
+    unused = ("gemm1_bias", "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit", "gemm2_bias")
+    unused += ("output1_scale_scalar", "output1_scale_gate_scalar", "output2_scale_scalar")
+    return [
+        ("hidden_states", lambda t: (t, hidden // 2), u8),
+        ("hidden_states_scale", lambda t: (t, hidden // 16), fp8),
+        ("gemm1_weights", lambda t: (experts, 2 * inter, hidden // 2), u8),
+        ("gemm1_weights_scale", lambda t: (experts, 2 * inter, hidden // 16), fp8),
+        ("gemm2_weights", lambda t: (experts, hidden, inter // 2), u8),
+        ("gemm2_weights_scale", lambda t: (experts, hidden, inter // 16), fp8),
+    ], dict.fromkeys(unused)
 
 
 FORMS = {
