@@ -111,7 +111,7 @@ MOE_FORMS = (
     "writes: routing_replay_out"
 )
 MOE_REFUSED = "an int32 routing_replay_out, an output of too few rows"
-MOE_UNFINALIZED = (
+MOE_NO_OUTPUT = (
     "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
     "writes: routing_replay_out"
 )
@@ -188,19 +188,25 @@ NEWER_FORMS = {
     "top_k_renorm_probs": (", is_deterministic", ""),
 }
 
-# What a proof shows on releases before the one a form or a refusal arrives in: (that release,
-# the forms, the refused inputs).
+# What a proof shows on releases before the one a form or a refusal arrives in: steps of (that
+# release, the forms, the refused inputs), the earliest first; a release takes the first step it
+# comes before.
 BEFORE = {
     "concat_mla_k": (
-        "0.7.0",
-        "positional, by keyword, a dynamic token count",
-        "it refuses no input before its kernel",
+        (
+            "0.7.0",
+            "positional, by keyword, a dynamic token count",
+            "it refuses no input before its kernel",
+        ),
     ),
-    "fused_topk_deepseek": ("0.6.8", "positional, by keyword, a dynamic token count", "topk 9"),
-    "trtllm_bf16_moe": ("0.6.14", MOE_UNFINALIZED, "an int32 routing_replay_out"),
-    "trtllm_fp4_block_scale_moe": ("0.7.0", MOE_FORMS + ", bfloat16 activations", MOE_REFUSED),
-    "trtllm_fp8_block_scale_moe": ("0.6.14", MOE_UNFINALIZED, "an int32 routing_replay_out"),
-    "trtllm_fp8_per_tensor_scale_moe": ("0.6.14", MOE_UNFINALIZED, "an int32 routing_replay_out"),
+    "fused_topk_deepseek": (("0.6.8", "positional, by keyword, a dynamic token count", "topk 9"),),
+    "trtllm_bf16_moe": (("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),),
+    "trtllm_fp4_block_scale_moe": (("0.7.0", MOE_FORMS + ", bfloat16 activations", MOE_REFUSED),),
+    "trtllm_fp8_block_scale_moe": (
+        ("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),
+        ("0.7.0", MOE_FORMS, MOE_REFUSED),
+    ),
+    "trtllm_fp8_per_tensor_scale_moe": (("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),),
 }
 
 
@@ -312,6 +318,14 @@ def test_an_op_boundary_names_its_rule_and_requires_the_placed_code() -> None:
         parse_patch("x.toml", moe.replace("do_finalize = true", "do_finalize = 1"))
     with pytest.raises(RegistryError, match="listed = true needs returns = 1"):
         parse_patch("x.toml", moe.replace("listed = true", "listed = true\nreturns = 2"))
+    with pytest.raises(RegistryError, match="listed = 'false' is not true or false"):
+        parse_patch("x.toml", moe.replace("listed = true", 'listed = "false"'))
+    # Its op for a call a CUDA graph cannot capture would declare nothing written.
+    with pytest.raises(RegistryError, match=r"writes = \[...\] takes no uncapturable"):
+        parse_patch(
+            "x.toml",
+            moe.replace("listed = true", 'listed = true\nuncapturable = { do_finalize = "true" }'),
+        )
 
 
 # In the target after apply: the op each entry point traces to, the function left as FlashInfer
@@ -381,6 +395,12 @@ try:
     skipped = ["returns", skip_check(*routed)]
 except Exception as exc:
     skipped = [type(exc).__name__, str(exc)]
+meta = lambda *s, dtype=torch.bfloat16: torch.empty(*s, dtype=dtype, device="meta")
+moe = (meta(4, 8, dtype=torch.float32), meta(4, 256), meta(8, 2, 256, 128), meta(8, 1, 256, 128))
+def bf16_moe(finalize):
+    return lambda l, h, w1, w2: flashinfer.fused_moe.trtllm_bf16_moe(
+        l, None, h, w1, w2, 8, 2, None, None, 128, 0, 8, do_finalize=finalize
+    )
 def returned_and_written(name):
     schema = getattr(torch.ops.fi_patch, name).default._schema
     written = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
@@ -420,6 +440,8 @@ print(json.dumps({
     "renorm schema": str(torch.ops.fi_patch.top_p_renorm_probs.default._schema),
     "concat schema": str(torch.ops.fi_patch.concat_mla_k.default._schema),
     "routing schema": str(torch.ops.fi_patch.fused_topk_deepseek.default._schema),
+    "finalized": graph(bf16_moe(True), *moe),
+    "unfinalized": graph(bf16_moe(False), *moe),
     "moe schemas": [
         returned_and_written(name)
         for name in ("trtllm_bf16_moe", "trtllm_bf16_moe_writes", "trtllm_fp4_block_scale_moe_out")
@@ -481,8 +503,10 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         forms, refused = PROVEN[key]
         if key in NEWER_FORMS and version == "0.7.4":
             forms, refused = forms + NEWER_FORMS[key][0], refused + NEWER_FORMS[key][1]
-        if key in BEFORE and Version(version) < Version(BEFORE[key][0]):
-            forms, refused = BEFORE[key][1:]
+        for release_, *shown in BEFORE.get(key, ()):
+            if Version(version) < Version(release_):
+                forms, refused = shown
+                break
         assert proofs["after"]["summary"] == (
             f"passes ({name} traces to one fi_patch op per call ({forms}), runs as it is "
             f"eagerly, and its op and the op's fake give the eager call's shapes, strides, "
@@ -577,7 +601,12 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     )
     # The fused MoE's ops (0.6.8 on): the functional op writes nothing, its _writes twin the
     # optional buffers it is given, the out= op output too; each returns what the call returns.
+    # The op carries do_finalize true only: an unfinalized call traces the function's own body,
+    # as unpatched, and a fullgraph trace stops in it (the kernel module's getter).
     if version != "0.6.7.post2":
+        assert seen["finalized"] == ["fi_patch.trtllm_bf16_moe"]
+        assert len(seen["unfinalized"]) == 2, seen["unfinalized"]
+        assert seen["unfinalized"][0] in ("Unsupported", "InternalTorchDynamoError")
         buffers = "routing_replay_out" + (" workspace_buffer" if version == "0.7.4" else "")
         assert seen["moe schemas"] == [
             "Tensor ",

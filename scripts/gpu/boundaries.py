@@ -9,7 +9,7 @@ Run it with the target environment's own python, after `fi-patch apply` there:
 (`make gpu-check TARGET=/root/ml-env` runs it after the other GPU scripts.) For each entry point an
 op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantizers, the samplers with
 seed and offset given, the renorm samplers on bfloat16 input, concat_mla_k, fused_topk_deepseek,
-trtllm_fp4_block_scale_moe: SM100 only),
+trtllm_fp4_block_scale_moe into output=, SM100 only),
 called without and with `out=` where it takes it, it compares `torch.compile(fullgraph=True)` (the
 default backend, Inductor) with the eager call, bit for bit; then captures the compiled function in
 a CUDA graph, replays it on new input, and compares again.
@@ -396,8 +396,8 @@ def moe_routing(torch, f):  # type: ignore[no-untyped-def]
 
 def fused_moe(torch, f):  # type: ignore[no-untyped-def]
     """trtllm_fp4_block_scale_moe (0.6.8 on) as SGLang calls it: by keyword, into an output of
-    its own, tune_max_num_tokens the next power of two of the token count; and trtllm_bf16_moe.
-    32 experts, top 4, hidden 1024, intermediate 512. The weights are random bytes in the kernels'
+    its own, tune_max_num_tokens the next power of two of the token count (output= only). 32
+    experts, top 4, hidden 1024, intermediate 512. The weights are random bytes in the kernels'
     layouts (an FP4 value or scale is any byte): the same bytes in both calls, so compiled and
     eager must agree bit for bit. Every trtllm MoE kernel of 0.6.8 - 0.7.4 is built for SM100
     (get_trtllm_moe_sm100_module): below it FlashInfer refuses the eager call, and the case is

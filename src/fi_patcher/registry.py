@@ -125,9 +125,16 @@ def _parse_operation(data: dict[str, Any], declarations: Sequence[Declaration]) 
             tuple(data.get("only", {}).items()),
             tuple(data.get("uncapturable", {}).items()),
             tuple(data.get("writes", ())),
-            bool(data.get("listed", False)),
+            _flag(data.get("listed", False), "listed"),
         )
     raise KeyError(f"operation kind {kind!r}")
+
+
+def _flag(value: Any, name: str) -> bool:
+    """A TOML bool, refused as anything else ("false" is a true string)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} = {value!r} is not true or false")
+    return value
 
 
 def _parse_declaration(data: dict[str, Any]) -> Declaration:
@@ -274,6 +281,9 @@ def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
         problems.append("an op boundary returns one tensor or more, or writes its parameters")
     if boundary.returns == 0 and (boundary.out or boundary.returns_when or boundary.uncapturable):
         problems.append("returns = 0 takes no out, returns_when or uncapturable")
+    # The uncapturable op declares nothing written: a call it takes would write undeclared.
+    if boundary.writes and boundary.uncapturable:
+        problems.append("writes = [...] takes no uncapturable")
     if boundary.listed and (boundary.returns != 1 or boundary.returns_when):
         problems.append("listed = true needs returns = 1, and no returns_when")
     problems += [

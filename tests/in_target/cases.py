@@ -481,8 +481,9 @@ def _fused_moe(f):
         return [
             _random(tokens, experts, seed=seed, dtype=torch.float32),
             _random(tokens, hidden, seed=seed + 1),
-            _random(experts, 2 * inter // 128, hidden // 128, 128, seed=2),
-            _random(experts, hidden // 128, inter, 128, seed=3),
+            # BlockMajorK, as trtllm_bf16_moe takes its weights: (experts, K // 128, M, 128).
+            _random(experts, hidden // 128, 2 * inter, 128, seed=2),
+            _random(experts, inter // 128, hidden, 128, seed=3),
         ]
 
     def positional(logits, states, w1, w2, *more):

@@ -257,8 +257,9 @@ def _fi_patch_tags(uncapturable: "bool" = False) -> "Tuple[Any, ...]":
 
 # fi_patch::NAME (and NAME_out, NAME_uncapturable where the entry point has them), each calling
 # the entry point eagerly with the arguments joined again, with the fake and no autograd. Where
-# the entry point writes its parameters (`entry.writes`), fi_patch::NAME and NAME_out declare them
-# written; where it returns nothing (`returns` 0), so does fi_patch::NAME.
+# the entry point writes its parameters (`entry.writes`), its ops declare them written:
+# fi_patch::NAME where it returns nothing (`returns` 0), else NAME_writes (for a call that passes
+# one of them), and NAME_out.
 def _fi_patch_make_ops(
     entry: "_FiPatchBoundary",
     typed: "List[Any]",
@@ -277,8 +278,8 @@ def _fi_patch_make_ops(
         result = None
 
     def run(*values: "Any") -> "Any":
-        result = fn(**_fi_patch_arguments(entry, passed, values))
-        return result[0] if entry.listed else result
+        returned = fn(**_fi_patch_arguments(entry, passed, values))
+        return returned[0] if entry.listed else returned
 
     def faked(*values: "Any") -> "Any":
         return fake(_fi_patch_joined(entry, passed, values), rule, check)
@@ -288,11 +289,11 @@ def _fi_patch_make_ops(
     # writes none of them (a call that passes none), and NAME_writes, which declares them all
     # written. Inductor (torch 2.14) cannot lower an op whose written arguments are all None
     # while it returns a tensor.
-    both = bool(entry.writes) and returns > 0
+    twin = bool(entry.writes) and returns > 0
     made: "List[Tuple[str, Any, Tuple[str, ...], bool]]" = [
-        ("", run, () if both else entry.writes, False)
+        ("", run, () if twin else entry.writes, False)
     ]
-    if both:
+    if twin:
         made.append(("_writes", run, entry.writes, False))
     if entry.uncapturable:
         made.append(("_uncapturable", run, (), True))
@@ -968,29 +969,36 @@ def _fi_patch_fake_fused_topk_deepseek(
     return None
 
 
-# The trtllm fused MoE (flashinfer/fused_moe/core.py: trtllm_bf16_moe, trtllm_fp4_block_scale_moe),
-# finalized (do_finalize true, the one value the op carries: unfinalized, the first output's rows
-# follow the routing on the device). FlashInfer's own check of routing_replay_out
-# (_validate_routing_replay_out: int16, 2-D, top_k columns, contiguous; from 0.7.0 at least a row
-# per token: ValueError) runs first, as the entry point runs it. Then the output as the kernel
-# module's op allocates it: bfloat16 (num_tokens, width), width the hidden size (an FP4 input,
-# uint8, packs two values a byte) or valid_hidden_size where given (0.7.0 on: positive, and no
-# wider than the hidden size once rounded up to 128, ValueError). A given output is checked as the
-# op checks it, and written. The rule is that check: "exact" (trtllm_bf16_moe, which takes output
-# from 0.7.0: of that shape, bfloat16, on the input's device, ValueError) or "narrow"
-# (trtllm_fp4_block_scale_moe: bfloat16 and the device, ValueError; the token count and a width
-# within the hidden size, AssertionError; valid_hidden_size's width where given, ValueError). The
-# routing, the autotuner and the kernel's own checks run in the op.
+# The trtllm fused MoE (flashinfer/fused_moe/core.py: trtllm_bf16_moe, trtllm_fp4_block_scale_moe,
+# trtllm_fp8_block_scale_moe, trtllm_fp8_per_tensor_scale_moe), finalized (do_finalize true, the
+# one value the op carries: unfinalized, the first output's rows follow the routing on the
+# device). FlashInfer's own check of routing_replay_out (_validate_routing_replay_out: int16,
+# 2-D, top_k columns, contiguous; in 0.6.17 - 0.6.18.post1 none with fused shared experts; from
+# 0.7.0 at least a row per token: ValueError) runs first, as the entry point runs it. Then the
+# output as the kernel module's op allocates it: bfloat16 (num_tokens, width), width the hidden
+# size (an FP4 input, uint8, packs two values a byte) or valid_hidden_size where given (0.7.0 on:
+# positive, and no wider than the hidden size once rounded up to 128, ValueError). A given output
+# is checked as the op checks it, and written. The rule is that check: "exact" (of that shape,
+# bfloat16, on the input's device, ValueError: BF16 and FP8 per tensor, which take output from
+# 0.6.14, FP8 block scales up to 0.6.18.post1) or "narrow" (bfloat16 and the device, ValueError;
+# the token count and a width within the hidden size, AssertionError; valid_hidden_size's width
+# where given, ValueError: FP4, and FP8 block scales from 0.7.0). The routing, the autotuner and
+# the kernel's own checks run in the op.
 def _fi_patch_fake_trtllm_moe(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
     import inspect
 
     hidden, output, top_k = values["hidden_states"], values.get("output"), values["top_k"]
     tokens = hidden.shape[0]
     replay = values.get("routing_replay_out")
-    if "num_tokens" in inspect.signature(check).parameters:
-        check(replay, top_k, num_tokens=tokens)
-    else:
-        check(replay, top_k)
+    # The check's parameters are the release's: num_tokens from 0.7.0, the fused shared experts
+    # in 0.6.17 - 0.6.18.post1.
+    taken = inspect.signature(check).parameters
+    more: "Dict[str, Any]" = {}
+    if "num_tokens" in taken:
+        more["num_tokens"] = tokens
+    if "num_fused_shared_experts" in taken:
+        more["num_fused_shared_experts"] = values.get("num_fused_shared_experts") or 0
+    check(replay, top_k, **more)
     size = hidden.shape[-1] * (2 if hidden.dtype == torch.uint8 else 1)
     valid = values.get("valid_hidden_size")
     if valid is not None and valid <= 0:

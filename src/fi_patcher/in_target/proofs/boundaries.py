@@ -373,12 +373,13 @@ MOE = (
 
 def _trtllm_moe(torch, f, name):
     """The trtllm fused MoE (flashinfer.fused_moe's), finalized, on meta tensors: 8 experts, top 2,
-    a hidden size of 256 (FP4: 128 bytes a token and block scales; BF16: the weights in 128-byte
-    blocks). Called as SGLang calls it: by keyword, into its own output, with
-    tune_max_num_tokens the next power of two of the token count (FlashInfer's
-    next_positive_power_of_2, which Dynamo traces symbolically), over a dynamic token count;
-    positionally with FlashInfer's defaults; with routing_replay_out. Refused: routing_replay_out
-    of another dtype, and an output of too few rows."""
+    a hidden size of 256, each entry point's tensors as _moe_inputs gives them. Called as SGLang
+    calls it: by keyword, into its own output, with tune_max_num_tokens the next power of two of
+    the token count (FlashInfer's next_positive_power_of_2, which Dynamo traces symbolically),
+    over a dynamic token count; positionally with FlashInfer's defaults; with routing_replay_out;
+    FP4 with bfloat16 activations; with valid_hidden_size where the release has it. Refused:
+    routing_replay_out of another dtype, an output of too few rows, a valid_hidden_size past the
+    hidden size."""
     import inspect
 
     def fused(*args, **kwargs):
@@ -455,6 +456,24 @@ def _trtllm_moe(torch, f, name):
         calls.append(("writes: routing_replay_out", replayed, (*problem(16), replay), None))
         wrong = _meta(torch, 64, top_k, dtype=torch.int32)
         refused.append(("an int32 routing_replay_out", replayed, (*problem(16), wrong)))
+        # 0.6.17 - 0.6.18.post1 refuse it beside fused shared experts, in the replay check.
+        import flashinfer.fused_moe.core as core
+
+        check = getattr(core, "_validate_routing_replay_out", None)
+        if (
+            check is not None
+            and "num_fused_shared_experts" in parameters
+            and "num_fused_shared_experts" in inspect.signature(check).parameters
+        ):
+
+            def shared(*arguments):
+                *arguments, replay = arguments
+                more = {"routing_replay_out": replay, "num_fused_shared_experts": 1}
+                return fused(**named(arguments, **more))
+
+            refused.append(
+                ("routing_replay_out beside a shared expert", shared, (*problem(16), replay))
+            )
     if "output" in parameters:
         refused.append(("an output of too few rows", into, (*problem(16), output(8)[-1])))
     if fp4:
@@ -481,8 +500,9 @@ def _moe_inputs(torch, name, experts, hidden, inter):
     if name == "trtllm_bf16_moe":
         return [
             ("hidden_states", lambda t: (t, hidden), bf16),
-            ("gemm1_weights", lambda t: (experts, 2 * inter // 128, hidden // 128, 128), bf16),
-            ("gemm2_weights", lambda t: (experts, hidden // 128, inter, 128), bf16),
+            # BlockMajorK: (experts, K // 128, M, 128).
+            ("gemm1_weights", lambda t: (experts, hidden // 128, 2 * inter, 128), bf16),
+            ("gemm2_weights", lambda t: (experts, inter // 128, hidden, 128), bf16),
         ], {}
     if name == "trtllm_fp8_block_scale_moe":
         return [
