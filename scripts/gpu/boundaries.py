@@ -400,8 +400,8 @@ def fused_moe(torch, f):  # type: ignore[no-untyped-def]
     experts, top 4, hidden 1024, intermediate 512. The weights are random bytes in the kernels'
     layouts (an FP4 value or scale is any byte): the same bytes in both calls, so compiled and
     eager must agree bit for bit. Every trtllm MoE kernel of 0.6.8 - 0.7.4 is built for SM100
-    (get_trtllm_moe_sm100_module): below it FlashInfer refuses the eager call, and the case is
-    n/a."""
+    (get_trtllm_moe_sm100_module): below it the eager call is expected to fail, which makes the
+    case n/a. Not yet run on any GPU."""
     moe = getattr(f, "fused_moe", None)
     fp4 = getattr(moe, "trtllm_fp4_block_scale_moe", None)
     if fp4 is None:
