@@ -606,14 +606,23 @@ def _guarded(spec: Spec, job: Callable[[], T]) -> T | Failed:
 
 def _awaited(future: Future[T]) -> T:
     """A target's result from its thread. A second signal stops only the waiting here: each
-    target stops at its own next step, puts back what it wrote, and says so."""
+    target stops at its own next step, puts back what it wrote, and says so. The wait is in
+    slices: Python runs a signal's handler in the main thread alone, once that thread wakes, and
+    the kernel may give the signal to a target's thread; a wait without end would note it only
+    when this target had finished (and this target would not stop for it)."""
+    from concurrent.futures import TimeoutError as Waiting
+
     from fi_patcher.interrupts import Stop
 
     while True:
         try:
-            return future.result()
-        except Stop:
+            return future.result(timeout=_SLICE)
+        except (Waiting, Stop):
             continue
+
+
+_SLICE = 0.1
+"""Seconds the main thread waits for a target before it looks at the signals again."""
 
 
 def _workers(count: int) -> int:
