@@ -106,7 +106,9 @@ def test_five_runs_the_way_operators_run_them(
     assert "fp4-quantize-under-compile applied, " in output
     assert "op-silu-and-mul applied, " in output
     assert "op-silu-and-mul-scaled-nvfp4-experts-quantize applied, " in output
-    assert "op-top-p-sampling-from-probs applied (" in output
+    assert "op-top-p-sampling-from-probs applied, " in output
+    assert "op-trtllm-fp4-block-scale-moe applied, " in output
+    assert f" applied ({venv})" in output  # the summary names the venv after its last patch
     assert target_file(venv).read_bytes() == expected("0.7.4").encode()
     assert fp4_file(venv).read_bytes() == expected("0.7.4", FP4).encode()
 
