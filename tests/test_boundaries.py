@@ -58,7 +58,9 @@ from tests.support.releases import (
     TRTLLM_BF16,
     TRTLLM_FP4,
     TRTLLM_FP8_BLOCK,
+    TRTLLM_FP8_CHANNEL,
     TRTLLM_FP8_TENSOR,
+    TRTLLM_MXINT4,
     release,
     released_text,
 )
@@ -92,7 +94,9 @@ ENTRY_POINTS = {
     TRTLLM_BF16: "trtllm_bf16_moe",
     TRTLLM_FP4: "trtllm_fp4_block_scale_moe",
     TRTLLM_FP8_BLOCK: "trtllm_fp8_block_scale_moe",
+    TRTLLM_FP8_CHANNEL: "trtllm_fp8_per_channel_scale_moe",
     TRTLLM_FP8_TENSOR: "trtllm_fp8_per_tensor_scale_moe",
+    TRTLLM_MXINT4: "trtllm_mxint4_block_scale_moe",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -174,6 +178,16 @@ PROVEN = {
         MOE_REFUSED + ", valid_hidden_size past the hidden size",
     ),
     "trtllm_fp8_per_tensor_scale_moe": (MOE_FORMS, MOE_REFUSED),
+    # No output and no routing_replay_out; bfloat16 activations refused from 0.7.1 (BEFORE).
+    "trtllm_fp8_per_channel_scale_moe": (
+        "by keyword, positional, FlashInfer's defaults, a dynamic token count",
+        "bfloat16 activations, float32 activations",
+    ),
+    # A given output is checked from 0.7.0, with valid_hidden_size (BEFORE).
+    "trtllm_mxint4_block_scale_moe": (
+        MOE_FORMS + ", valid_hidden_size",
+        MOE_REFUSED + ", valid_hidden_size past the hidden size",
+    ),
     # out= from 0.7.2.post1: the proof adds its forms where the function takes it.
     "block_scale_interleave": (
         "positional, by keyword, 3-D bfloat16, by its other name, a dynamic dimension",
@@ -181,11 +195,12 @@ PROVEN = {
     ),
 }
 # Forms 0.7.4 adds: out= (0.7.2.post1 on), top_k_max (0.7.4), top_k_renorm_probs'
-# is_deterministic (0.7.1 on).
+# is_deterministic (0.7.1 on), FP8 per channel's workspace_buffer (0.7.4).
 NEWER_FORMS = {
     "block_scale_interleave": (", out=", ", out of the wrong size"),
     "top_k_top_p_sampling_from_probs": (", top_k_max", ""),
     "top_k_renorm_probs": (", is_deterministic", ""),
+    "trtllm_fp8_per_channel_scale_moe": (", writes: workspace_buffer", ""),
 }
 
 # What a proof shows on releases before the one a form or a refusal arrives in: steps of (that
@@ -207,6 +222,15 @@ BEFORE = {
         ("0.7.0", MOE_FORMS, MOE_REFUSED),
     ),
     "trtllm_fp8_per_tensor_scale_moe": (("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),),
+    "trtllm_fp8_per_channel_scale_moe": (
+        (
+            "0.7.1",
+            "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
+            "bfloat16 activations",
+            "float32 activations",
+        ),
+    ),
+    "trtllm_mxint4_block_scale_moe": (("0.7.0", MOE_FORMS, "an int32 routing_replay_out"),),
 }
 
 
@@ -482,8 +506,10 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     written = (ACTIVATION, GEMM, FP4, FP8_QUANT, SAMPLING, CONCAT_OPS, ROUTING_DSV3, MOE_CORE)
     originals = {f: released_text(release(version), f) for f in written}
     named = [x for p in (DECLARED, *BOUNDARIES) for x in ("--patch", p)]
-    # The fused MoE's ops begin at 0.6.8: before, their older texts are not applicable.
-    boundaries = [p for p in BOUNDARIES if p not in MOE or Version(version) >= Version("0.6.8")]
+    # The fused MoE's ops begin at 0.6.8 (before, their older texts are not applicable), FP8
+    # with per-channel scales at 0.7.0.
+    since = dict.fromkeys(MOE, "0.6.8") | {TRTLLM_FP8_CHANNEL: "0.7.0"}
+    boundaries = [p for p in BOUNDARIES if Version(version) >= Version(since.get(p, "0"))]
 
     before = fi_patch(runner, "check", "--venv", venv, *named, "--json")
     assert before.code == ExitCode.NEEDS_APPLY, before.stdout

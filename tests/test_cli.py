@@ -159,7 +159,9 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: op-trtllm-bf16-moe not-applicable",
         f"{venv}: op-trtllm-fp4-block-scale-moe not-applicable",
         f"{venv}: op-trtllm-fp8-block-scale-moe not-applicable",
+        f"{venv}: op-trtllm-fp8-per-channel-scale-moe not-applicable",
         f"{venv}: op-trtllm-fp8-per-tensor-scale-moe not-applicable",
+        f"{venv}: op-trtllm-mxint4-block-scale-moe not-applicable",
     ]
     # The demo's dry run: what would be applied, and no word of a diff it does not show.
     dry = fi_patch(runner, "-q", "apply", "--venv", venv, "--dry-run", "--no-verify")

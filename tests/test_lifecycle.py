@@ -58,6 +58,7 @@ from tests.support.releases import (
     TRTLLM_FP4,
     TRTLLM_FP8_BLOCK,
     TRTLLM_FP8_TENSOR,
+    TRTLLM_MXINT4,
     UNDER_COMPILE,
     UNKNOWN_IN,
     UTILS,
@@ -213,6 +214,7 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
         (TRTLLM_FP4, "0.6.18"),
         (TRTLLM_FP8_BLOCK, "0.6.18"),
         (TRTLLM_FP8_TENSOR, "0.6.14"),
+        (TRTLLM_MXINT4, "0.6.13"),
     ]
     assert [(p["id"], p["shape"]) for p in records[UTILS]["patches"]] == [
         (DECLARED, "no-op"),

@@ -565,10 +565,12 @@ def _fused_moe(f):
 
 
 def _fp8_moe(f, experts, top_k, hidden, inter, replay):
-    """The two FP8 trtllm MoE by keyword, each alone, writing routing_replay_out, and into an
-    output (0.6.14 on) writing it too: DeepSeek's 128-wide block scales, and per-tensor scales."""
+    """The FP8 and MXINT4 trtllm MoE by keyword, each alone, writing routing_replay_out where it
+    takes it, and into an output where it takes one (0.6.14 on) writing it too: DeepSeek's
+    128-wide block scales, per-tensor scales, per-channel scales (0.7.0 on, neither), and MXINT4
+    weights with bfloat16 activations (which returns a list)."""
     moe = f.fused_moe
-    fp8 = torch.float8_e4m3fn
+    fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
     kinds = {
         "trtllm_fp8_block_scale_moe": lambda: {
             "hidden_states": _random(6, hidden, seed=1).to(fp8),
@@ -586,6 +588,24 @@ def _fp8_moe(f, experts, top_k, hidden, inter, replay):
             "gemm2_weights": _random(experts, hidden, inter, seed=4).to(fp8),
             "output2_scales_scalar": torch.ones(experts),
         },
+        "trtllm_fp8_per_channel_scale_moe": lambda: {
+            "hidden_states": _random(6, hidden, seed=1).to(fp8),
+            "hidden_states_scale": torch.ones(6, 1),
+            "gemm1_weights": _random(experts, 2 * inter, hidden, seed=3).to(fp8),
+            "gemm1_per_channel_weight_scale": torch.ones(experts, 2 * inter),
+            "output1_scale_scalar": torch.ones(experts),
+            "output1_scale_gate_scalar": torch.ones(experts),
+            "gemm2_weights": _random(experts, hidden, inter, seed=4).to(fp8),
+            "gemm2_per_channel_weight_scale": torch.ones(experts, hidden),
+            "output2_scale_scalar": torch.ones(experts),
+        },
+        "trtllm_mxint4_block_scale_moe": lambda: {
+            "hidden_states": _random(6, hidden, seed=1).to(bf16),
+            "gemm1_weights": _bytes(experts, 2 * inter, hidden // 2, seed=3),
+            "gemm1_weights_scale": torch.ones(experts, 2 * inter, hidden // 32, dtype=bf16),
+            "gemm2_weights": _bytes(experts, hidden, inter // 2, seed=4),
+            "gemm2_weights_scale": torch.ones(experts, hidden, inter // 32, dtype=bf16),
+        },
     }
     cases = {}
     for name, tensors in kinds.items():
@@ -593,11 +613,15 @@ def _fp8_moe(f, experts, top_k, hidden, inter, replay):
         if fn is None:
             continue
         names = ["routing_logits", *tensors()]
-        fixed = {"use_routing_scales_on_input": False} if "per_tensor" in name else {}
+        per = "per_tensor" in name or "per_channel" in name
+        fixed = {"use_routing_scales_on_input": False} if per else {}
+        if "mxint4" in name:
+            fixed = dict.fromkeys(("gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit"))
 
-        def call(*values, fn=fn, names=names, fixed=fixed):
+        def call(*values, fn=fn, names=names, fixed=fixed, **more):
             keys = [*names, "routing_replay_out", "output"]
             named = {keys[i]: values[i] for i in range(len(values))}
+            named.update(more)
             return fn(
                 routing_bias=None,
                 num_experts=experts,
@@ -618,6 +642,16 @@ def _fp8_moe(f, experts, top_k, hidden, inter, replay):
 
         n = len(names)
         cases[f"{name} by keyword"] = Case(call, problem, (f"fi_patch.{name}",))
+        if not _has(fn, "routing_replay_out"):
+            if _has(fn, "workspace_buffer"):
+                # FP8 per channel (0.7.4): its one written parameter.
+                cases[f"{name} with workspace_buffer"] = Case(
+                    lambda *a, call=call: call(*a[:-1], workspace_buffer=a[-1]),
+                    lambda problem=problem: [*problem(), torch.zeros(4096, dtype=torch.uint8)],
+                    (f"fi_patch.{name}_writes",),
+                    written=(n,),
+                )
+            continue
         cases[f"{name} writing routing_replay_out"] = Case(
             call,
             lambda problem=problem: [*problem(), replay()],

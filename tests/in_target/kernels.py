@@ -224,8 +224,8 @@ def _no_aux_tc(
 
 # Where each trtllm MoE kernel takes routing_logits, hidden_states, the two weights, output, top_k,
 # do_finalize and routing_replay_out, by the number of arguments FlashInfer passes it in 0.6.8,
-# 0.7.0 and 0.7.4 (BF16, FP4, FP8 block scales, FP8 per tensor). The kernels' argument lists
-# differ by release; the stand-in reads these alone.
+# 0.7.0 and 0.7.4 (BF16, FP4, FP8 block scales, FP8 per tensor, FP8 per channel, MXINT4). The
+# kernels' argument lists differ by release; the stand-in reads these alone.
 _MOE_ARGUMENTS = {
     "trtllm_bf16_moe": {
         25: (0, 4, 5, 6, 7, 9, 19, 24),
@@ -247,6 +247,17 @@ _MOE_ARGUMENTS = {
         28: (0, 2, 3, 6, 8, 10, 19, 24),
         31: (0, 2, 3, 6, 8, 10, 19, 24),
     },
+    # No routing_replay_out: 0.7.0 (29) and 0.7.4 (31).
+    "trtllm_fp8_per_channel_scale_moe": {
+        29: (0, 4, 6, 10, 13, 15, 24, None),
+        31: (0, 4, 6, 10, 13, 15, 24, None),
+    },
+    "trtllm_mxint4_block_scale_moe": {
+        25: (0, 2, 3, 8, 21, 11, 19, 24),
+        31: (0, 4, 5, 11, 24, 14, 22, 27),
+        33: (0, 4, 5, 11, 24, 14, 22, 27),
+        35: (0, 4, 5, 11, 24, 14, 22, 27),
+    },
 }
 
 
@@ -261,7 +272,8 @@ def _trtllm_moe(kind):
         where = _MOE_ARGUMENTS[kind].get(len(args))
         if where is None:
             raise LookupError(f"no CPU stand-in for {kind} with {len(args)} arguments")
-        logits, hidden, w1, w2, output, top_k, finalize, replay = (args[i] for i in where)
+        picked = (None if i is None else args[i] for i in where)
+        logits, hidden, w1, w2, output, top_k, finalize, replay = picked
         if not finalize:
             raise LookupError(f"no CPU stand-in for {kind} with do_finalize=False")
         x = hidden.float()
@@ -571,6 +583,8 @@ KERNELS = {
     "trtllm_fp4_block_scale_moe": _trtllm_moe("trtllm_fp4_block_scale_moe"),
     "trtllm_fp8_block_scale_moe": _trtllm_moe("trtllm_fp8_block_scale_moe"),
     "trtllm_fp8_per_tensor_scale_moe": _trtllm_moe("trtllm_fp8_per_tensor_scale_moe"),
+    "trtllm_fp8_per_channel_scale_moe": _trtllm_moe("trtllm_fp8_per_channel_scale_moe"),
+    "trtllm_mxint4_block_scale_moe": _trtllm_moe("trtllm_mxint4_block_scale_moe"),
     "merge_state": _merge_state,
     "merge_state_in_place": _merge_state_in_place,
     "merge_states": _merge_states,

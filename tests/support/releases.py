@@ -63,9 +63,19 @@ TOPK_DEEPSEEK = "op-fused-topk-deepseek"
 TRTLLM_BF16 = "op-trtllm-bf16-moe"
 TRTLLM_FP4 = "op-trtllm-fp4-block-scale-moe"
 TRTLLM_FP8_BLOCK = "op-trtllm-fp8-block-scale-moe"
+TRTLLM_FP8_CHANNEL = "op-trtllm-fp8-per-channel-scale-moe"
 TRTLLM_FP8_TENSOR = "op-trtllm-fp8-per-tensor-scale-moe"
-MOE = (TRTLLM_BF16, TRTLLM_FP4, TRTLLM_FP8_BLOCK, TRTLLM_FP8_TENSOR)
-"""The op-boundary patches of the trtllm fused MoE, in MOE_CORE from 0.6.8."""
+TRTLLM_MXINT4 = "op-trtllm-mxint4-block-scale-moe"
+MOE = (
+    TRTLLM_BF16,
+    TRTLLM_FP4,
+    TRTLLM_FP8_BLOCK,
+    TRTLLM_FP8_CHANNEL,
+    TRTLLM_FP8_TENSOR,
+    TRTLLM_MXINT4,
+)
+"""The op-boundary patches of the trtllm fused MoE, in MOE_CORE from 0.6.8 (TRTLLM_FP8_CHANNEL
+from 0.7.0)."""
 QUANTIZERS = (INTERLEAVE, MXFP8, BATCHED, GROUPED, SILU_EXPERTS)
 """The op-boundary patches of the quantizers: silu_and_mul_scaled_nvfp4_experts_quantize in
 flashinfer/activation.py from 0.6.0; from 0.6.7 mxfp8_quantize in FP8_QUANT and the others in
@@ -94,7 +104,9 @@ BOUNDARIES = (
     TRTLLM_BF16,
     TRTLLM_FP4,
     TRTLLM_FP8_BLOCK,
+    TRTLLM_FP8_CHANNEL,
     TRTLLM_FP8_TENSOR,
+    TRTLLM_MXINT4,
 )
 """The op-boundary patches, one public entry point each, in registry order: the activations
 (flashinfer/activation.py, from 0.6.0), bmm_fp8 and mm_fp8 (from 0.6.0) and mm_fp4 (from 0.6.7)
@@ -421,7 +433,9 @@ OWN_FILES = {
     TRTLLM_BF16: MOE_CORE,
     TRTLLM_FP4: MOE_CORE,
     TRTLLM_FP8_BLOCK: MOE_CORE,
+    TRTLLM_FP8_CHANNEL: MOE_CORE,
     TRTLLM_FP8_TENSOR: MOE_CORE,
+    TRTLLM_MXINT4: MOE_CORE,
 }
 OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     CONCAT: {
@@ -502,6 +516,29 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
             "0.6.11.post3": "0.6.10",
             "0.6.12": "0.6.10",
             "0.6.18.post1": "0.6.14",
+            "0.7.0": "0.7.0",
+            "0.7.1": "0.7.0",
+            "0.7.1rc1": "0.7.0",
+            "0.7.2rc6": "0.7.0",
+            "0.7.4": "0.7.4",
+        }
+    ),
+    TRTLLM_FP8_CHANNEL: _in_moe_core(
+        {
+            "0.7.0": "0.7.0",
+            "0.7.1": "0.7.1",
+            "0.7.1rc1": "0.7.1",
+            "0.7.2rc6": "0.7.1",
+            "0.7.4": "0.7.4",
+        }
+    ),
+    TRTLLM_MXINT4: _in_moe_core(
+        {
+            "0.6.8": "0.6.8",
+            "0.6.10": "0.6.10",
+            "0.6.11.post3": "0.6.10",
+            "0.6.12": "0.6.10",
+            "0.6.18.post1": "0.6.13",
             "0.7.0": "0.7.0",
             "0.7.1": "0.7.0",
             "0.7.1rc1": "0.7.0",

@@ -982,13 +982,23 @@ def _fi_patch_fake_fused_topk_deepseek(
 # bfloat16, on the input's device, ValueError: BF16 and FP8 per tensor, which take output from
 # 0.6.14, FP8 block scales up to 0.6.18.post1) or "narrow" (bfloat16 and the device, ValueError;
 # the token count and a width within the hidden size, AssertionError; valid_hidden_size's width
-# where given, ValueError: FP4, and FP8 block scales from 0.7.0). The routing, the autotuner and
-# the kernel's own checks run in the op.
+# where given, ValueError: FP4, FP8 block scales and MXINT4 from 0.7.0) or "unchecked" (taken as it
+# is: MXINT4 up to 0.6.18.post1). FP8 with per-channel scales takes no output, and its rule is the
+# activations it takes: "per-channel" (bfloat16, float16 or FP8, in the kernel module's op: 0.7.0)
+# or "per-channel-fp8" (FP8 only, in the function: 0.7.1 on), ValueError. The routing, the
+# autotuner and the kernel's own checks run in the op.
 def _fi_patch_fake_trtllm_moe(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
     import inspect
 
     hidden, output, top_k = values["hidden_states"], values.get("output"), values["top_k"]
     tokens = hidden.shape[0]
+    accepted = _fi_patch_moe_activations.get(rule)
+    if accepted is not None and hidden.dtype not in accepted:
+        names = [str(d) for d in accepted]
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + ", or " + names[-1]
+        raise ValueError(
+            "FP8 per-channel MoE hidden_states must have dtype %s, got %s." % (listed, hidden.dtype)
+        )
     replay = values.get("routing_replay_out")
     # The check's parameters are the release's: num_tokens from 0.7.0, the fused shared experts
     # in 0.6.17 - 0.6.18.post1.
@@ -1011,6 +1021,8 @@ def _fi_patch_fake_trtllm_moe(values: "Dict[str, Any]", rule: "str", check: "Any
     width = size if valid is None else valid
     if output is None:
         return hidden.new_empty((tokens, width), dtype=torch.bfloat16)
+    if rule == "unchecked":
+        return None
     expected = (tokens, size) if rule == "exact" else None
     if expected is not None and tuple(output.shape) != expected:
         raise ValueError("Invalid shape of output: expected %s, got %s" % (expected, output.shape))
@@ -1039,6 +1051,12 @@ def _fi_patch_fake_trtllm_moe(values: "Dict[str, Any]", rule: "str", check: "Any
     return None
 
 
+# The activations FP8 with per-channel scales takes, by rule.
+_fi_patch_moe_activations = {
+    "per-channel": (torch.bfloat16, torch.float16, torch.float8_e4m3fn),
+    "per-channel-fp8": (torch.float8_e4m3fn,),
+}
+
 _FiPatchFake = Callable[[Dict[str, Any], str, Any], Any]
 
 # The rules each fake knows: a patch naming another is refused when the registry loads it, and
@@ -1058,7 +1076,7 @@ _fi_patch_boundary_rules = {
     "renorm": ("float32", "workspace", "input-dtype"),
     "concat_mla_k": ("default", "backends"),
     "fused_topk_deepseek": ("checked",),
-    "trtllm_moe": ("exact", "narrow"),
+    "trtllm_moe": ("exact", "narrow", "unchecked", "per-channel", "per-channel-fp8"),
 }
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {

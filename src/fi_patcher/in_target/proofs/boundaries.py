@@ -368,6 +368,8 @@ MOE = (
     "trtllm_fp4_block_scale_moe",
     "trtllm_fp8_block_scale_moe",
     "trtllm_fp8_per_tensor_scale_moe",
+    "trtllm_fp8_per_channel_scale_moe",
+    "trtllm_mxint4_block_scale_moe",
 )
 
 
@@ -377,9 +379,11 @@ def _trtllm_moe(torch, f, name):
     calls it: by keyword, into its own output, with tune_max_num_tokens the next power of two of
     the token count (FlashInfer's next_positive_power_of_2, which Dynamo traces symbolically),
     over a dynamic token count; positionally with FlashInfer's defaults; with routing_replay_out;
-    FP4 with bfloat16 activations; with valid_hidden_size where the release has it. Refused:
-    routing_replay_out of another dtype, an output of too few rows, a valid_hidden_size past the
-    hidden size."""
+    FP4 with bfloat16 activations; with valid_hidden_size where the release has it; FP8 per
+    channel, which takes neither output nor routing_replay_out, with workspace_buffer (0.7.4 on).
+    Refused: routing_replay_out of another dtype, an output of too few rows (MXINT4 from 0.7.0
+    only: before, its kernel module's op takes any), a valid_hidden_size past the hidden size, FP8
+    per channel's float32 activations (and bfloat16 from 0.7.1)."""
     import inspect
 
     def fused(*args, **kwargs):
@@ -474,8 +478,32 @@ def _trtllm_moe(torch, f, name):
             refused.append(
                 ("routing_replay_out beside a shared expert", shared, (*problem(16), replay))
             )
-    if "output" in parameters:
+    # MXINT4's kernel module's op checks a given output from 0.7.0 (with valid_hidden_size) only.
+    mxint4 = name == "trtllm_mxint4_block_scale_moe"
+    if "output" in parameters and (not mxint4 or "valid_hidden_size" in parameters):
         refused.append(("an output of too few rows", into, (*problem(16), output(8)[-1])))
+    if name == "trtllm_fp8_per_channel_scale_moe":
+        # The kernel module's op takes bfloat16 activations in 0.7.0; the function refuses them
+        # from 0.7.1, where its own check names float8_e4m3fn (its code, not the routed one's).
+        def activations(dtype):
+            return (problem(16)[0], _meta(torch, 16, hidden, dtype=dtype), *problem(16)[2:])
+
+        if "workspace_buffer" in parameters:
+            # Its one written parameter (0.7.4 on): no routing_replay_out, no output.
+            def carved(*arguments):
+                *arguments, workspace = arguments
+                return fused(**named(arguments, workspace_buffer=workspace))
+
+            workspace = _meta(torch, 1 << 20, dtype=torch.uint8)
+            calls.append(("writes: workspace_buffer", carved, (*problem(16), workspace), None))
+        entry = getattr(f.utils, "_fi_patch_boundaries", {}).get(name)
+        own = inspect.unwrap(entry.fn if entry is not None else getattr(f.fused_moe, name))
+        bf16 = ("bfloat16 activations", by_keyword, activations(torch.bfloat16))
+        if "float8_e4m3fn" in own.__code__.co_names:
+            refused.append(bf16)
+        else:
+            calls.append((*bf16, None))
+        refused.append(("float32 activations", by_keyword, activations(torch.float32)))
     if fp4:
         # MXFP4 weights with bfloat16 activations, which have no scales.
         def unscaled(logits, states, *weights):
@@ -522,6 +550,27 @@ def _moe_inputs(torch, name, experts, hidden, inter):
             ("gemm2_weights", lambda t: (experts, hidden, inter), fp8),
             ("output2_scales_scalar", lambda t: (experts,), f32),
         ], {"use_routing_scales_on_input": False}
+    if name == "trtllm_fp8_per_channel_scale_moe":
+        return [
+            ("hidden_states", lambda t: (t, hidden), fp8),
+            ("hidden_states_scale", lambda t: (t, 1), f32),
+            ("gemm1_weights", lambda t: (experts, 2 * inter, hidden), fp8),
+            ("gemm1_per_channel_weight_scale", lambda t: (experts, 2 * inter), f32),
+            ("output1_scale_scalar", lambda t: (experts,), f32),
+            ("output1_scale_gate_scalar", lambda t: (experts,), f32),
+            ("gemm2_weights", lambda t: (experts, hidden, inter), fp8),
+            ("gemm2_per_channel_weight_scale", lambda t: (experts, hidden), f32),
+            ("output2_scale_scalar", lambda t: (experts,), f32),
+        ], {"use_routing_scales_on_input": False}
+    if name == "trtllm_mxint4_block_scale_moe":
+        # Two 4-bit weights a byte, a bfloat16 scale per 32.
+        return [
+            ("hidden_states", lambda t: (t, hidden), bf16),
+            ("gemm1_weights", lambda t: (experts, 2 * inter, hidden // 2), u8),
+            ("gemm1_weights_scale", lambda t: (experts, 2 * inter, hidden // 32), bf16),
+            ("gemm2_weights", lambda t: (experts, hidden, inter // 2), u8),
+            ("gemm2_weights_scale", lambda t: (experts, hidden, inter // 32), bf16),
+        ], dict.fromkeys(("gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit"))
     unused = ("gemm1_bias", "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit", "gemm2_bias")
     unused += ("output1_scale_scalar", "output1_scale_gate_scalar", "output2_scale_scalar")
     return [
