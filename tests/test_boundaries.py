@@ -183,7 +183,8 @@ PROVEN = {
         "by keyword, positional, FlashInfer's defaults, a dynamic token count",
         "bfloat16 activations, float32 activations",
     ),
-    # A given output is checked from 0.7.0, with valid_hidden_size (BEFORE).
+    # A given output is checked from 0.7.0, with valid_hidden_size; before, an output of too few
+    # rows is taken as it is (BEFORE).
     "trtllm_mxint4_block_scale_moe": (
         MOE_FORMS + ", valid_hidden_size",
         MOE_REFUSED + ", valid_hidden_size past the hidden size",
@@ -230,7 +231,13 @@ BEFORE = {
             "float32 activations",
         ),
     ),
-    "trtllm_mxint4_block_scale_moe": (("0.7.0", MOE_FORMS, "an int32 routing_replay_out"),),
+    "trtllm_mxint4_block_scale_moe": (
+        (
+            "0.7.0",
+            MOE_FORMS + ", out: an output of too few rows, unchecked",
+            "an int32 routing_replay_out",
+        ),
+    ),
 }
 
 

@@ -566,7 +566,8 @@ def _fused_moe(f):
 
 def _fp8_moe(f, experts, top_k, hidden, inter, replay):
     """The FP8 and MXINT4 trtllm MoE by keyword, each alone, writing routing_replay_out where it
-    takes it, and into an output where it takes one (0.6.14 on) writing it too: DeepSeek's
+    takes it, and into an output where it takes one (FP8 from 0.6.14, MXINT4 from 0.6.8) writing
+    it too; FP8 per channel with workspace_buffer where it takes one (0.7.4): DeepSeek's
     128-wide block scales, per-tensor scales, per-channel scales (0.7.0 on, neither), and MXINT4
     weights with bfloat16 activations (which returns a list)."""
     moe = f.fused_moe

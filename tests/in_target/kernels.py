@@ -224,8 +224,9 @@ def _no_aux_tc(
 
 # Where each trtllm MoE kernel takes routing_logits, hidden_states, the two weights, output, top_k,
 # do_finalize and routing_replay_out, by the number of arguments FlashInfer passes it in 0.6.8,
-# 0.7.0 and 0.7.4 (BF16, FP4, FP8 block scales, FP8 per tensor, FP8 per channel, MXINT4). The
-# kernels' argument lists differ by release; the stand-in reads these alone.
+# 0.7.0 and 0.7.4 (BF16, FP4, FP8 block scales, FP8 per tensor, FP8 per channel, MXINT4; MXINT4's
+# 31 is 0.6.13 - 0.6.18.post1's). The kernels' argument lists differ by release; the stand-in
+# reads these alone, and the compiled cases run 0.6.8.post1 and 0.7.4.
 _MOE_ARGUMENTS = {
     "trtllm_bf16_moe": {
         25: (0, 4, 5, 6, 7, 9, 19, 24),

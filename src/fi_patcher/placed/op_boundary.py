@@ -40,8 +40,9 @@ _fi_patch_boundaries: "Dict[str, _FiPatchBoundary]" = {}
 # routing_replay_out and workspace_buffer) its ops declare written; an entry point that returns
 # nothing (`returns` 0) is an op that returns nothing, and one that returns its output and writes
 # optional parameters has the op NAME_writes for a call that passes one of them. An entry point
-# that returns its one output in a list (`listed`: trtllm_fp4_block_scale_moe) has an op that
-# returns the tensor, and its routing function gives the list back.
+# that returns its one output in a list (`listed`: trtllm_fp4_block_scale_moe,
+# trtllm_mxint4_block_scale_moe) has an op that returns the tensor, and its routing function gives
+# the list back.
 class _FiPatchBoundary(object):
     def __init__(self, name: "str", fn: "Any") -> "None":
         self.name = name
@@ -970,7 +971,8 @@ def _fi_patch_fake_fused_topk_deepseek(
 
 
 # The trtllm fused MoE (flashinfer/fused_moe/core.py: trtllm_bf16_moe, trtllm_fp4_block_scale_moe,
-# trtllm_fp8_block_scale_moe, trtllm_fp8_per_tensor_scale_moe), finalized (do_finalize true, the
+# trtllm_fp8_block_scale_moe, trtllm_fp8_per_channel_scale_moe, trtllm_fp8_per_tensor_scale_moe,
+# trtllm_mxint4_block_scale_moe), finalized (do_finalize true, the
 # one value the op carries: unfinalized, the first output's rows follow the routing on the
 # device). FlashInfer's own check of routing_replay_out (_validate_routing_replay_out: int16,
 # 2-D, top_k columns, contiguous; in 0.6.17 - 0.6.18.post1 none with fused shared experts; from
@@ -978,7 +980,7 @@ def _fi_patch_fake_fused_topk_deepseek(
 # output as the kernel module's op allocates it: bfloat16 (num_tokens, width), width the hidden
 # size (an FP4 input, uint8, packs two values a byte) or valid_hidden_size where given (0.7.0 on:
 # positive, and no wider than the hidden size once rounded up to 128, ValueError). A given output
-# is checked as the op checks it, and written. The rule is that check: "exact" (of that shape,
+# is written, and checked as the op checks it. The rule is that check: "exact" (of that shape,
 # bfloat16, on the input's device, ValueError: BF16 and FP8 per tensor, which take output from
 # 0.6.14, FP8 block scales up to 0.6.18.post1) or "narrow" (bfloat16 and the device, ValueError;
 # the token count and a width within the hidden size, AssertionError; valid_hidden_size's width

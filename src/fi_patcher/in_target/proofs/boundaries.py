@@ -480,8 +480,12 @@ def _trtllm_moe(torch, f, name):
             )
     # MXINT4's kernel module's op checks a given output from 0.7.0 (with valid_hidden_size) only.
     mxint4 = name == "trtllm_mxint4_block_scale_moe"
-    if "output" in parameters and (not mxint4 or "valid_hidden_size" in parameters):
-        refused.append(("an output of too few rows", into, (*problem(16), output(8)[-1])))
+    if "output" in parameters:
+        short = (*problem(16), output(8)[-1])
+        if not mxint4 or "valid_hidden_size" in parameters:
+            refused.append(("an output of too few rows", into, short))
+        else:
+            calls.append(("out: an output of too few rows, unchecked", into, short, None))
     if name == "trtllm_fp8_per_channel_scale_moe":
         # The kernel module's op takes bfloat16 activations in 0.7.0; the function refuses them
         # from 0.7.1, where its own check names float8_e4m3fn (its code, not the routed one's).
@@ -827,7 +831,7 @@ BUILT = object()
 
 def _trtllm_moe_module():
     """The trtllm MoE module getter run as it is, its JIT spec stood in: the kernel module's ops
-    (their checks, allocation and autotuner) run, and the kernels do nothing. From 0.7.0 the
+    (their checks, allocation and autotuner) run, and the kernels do nothing. From 0.6.16 the
     getter asks the current CUDA device which build to load: the build for SM100 then."""
     import flashinfer.fused_moe.core as core
 
