@@ -572,52 +572,63 @@ def _fp8_moe(f, experts, top_k, hidden, inter, replay):
     weights with bfloat16 activations (which returns a list)."""
     moe = f.fused_moe
     fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
+    # Each MoE's tensors after the routing logits, by keyword, and the parameters it is given one
+    # value of.
+    per_scales = {"use_routing_scales_on_input": False}
     kinds = {
-        "trtllm_fp8_block_scale_moe": lambda: {
-            "hidden_states": _random(6, hidden, seed=1).to(fp8),
-            "hidden_states_scale": _random(hidden // 128, 6, seed=2, dtype=torch.float32).abs(),
-            "gemm1_weights": _random(experts, 2 * inter, hidden, seed=3).to(fp8),
-            "gemm1_weights_scale": torch.ones(experts, 2 * inter // 128, hidden // 128),
-            "gemm2_weights": _random(experts, hidden, inter, seed=4).to(fp8),
-            "gemm2_weights_scale": torch.ones(experts, hidden // 128, inter // 128),
-        },
-        "trtllm_fp8_per_tensor_scale_moe": lambda: {
-            "hidden_states": _random(6, hidden, seed=1).to(fp8),
-            "gemm1_weights": _random(experts, 2 * inter, hidden, seed=3).to(fp8),
-            "output1_scales_scalar": torch.ones(experts),
-            "output1_scales_gate_scalar": torch.ones(experts),
-            "gemm2_weights": _random(experts, hidden, inter, seed=4).to(fp8),
-            "output2_scales_scalar": torch.ones(experts),
-        },
-        "trtllm_fp8_per_channel_scale_moe": lambda: {
-            "hidden_states": _random(6, hidden, seed=1).to(fp8),
-            "hidden_states_scale": torch.ones(6, 1),
-            "gemm1_weights": _random(experts, 2 * inter, hidden, seed=3).to(fp8),
-            "gemm1_per_channel_weight_scale": torch.ones(experts, 2 * inter),
-            "output1_scale_scalar": torch.ones(experts),
-            "output1_scale_gate_scalar": torch.ones(experts),
-            "gemm2_weights": _random(experts, hidden, inter, seed=4).to(fp8),
-            "gemm2_per_channel_weight_scale": torch.ones(experts, hidden),
-            "output2_scale_scalar": torch.ones(experts),
-        },
-        "trtllm_mxint4_block_scale_moe": lambda: {
-            "hidden_states": _random(6, hidden, seed=1).to(bf16),
-            "gemm1_weights": _bytes(experts, 2 * inter, hidden // 2, seed=3),
-            "gemm1_weights_scale": torch.ones(experts, 2 * inter, hidden // 32, dtype=bf16),
-            "gemm2_weights": _bytes(experts, hidden, inter // 2, seed=4),
-            "gemm2_weights_scale": torch.ones(experts, hidden, inter // 32, dtype=bf16),
-        },
+        "trtllm_fp8_block_scale_moe": (
+            lambda: {
+                "hidden_states": _random(6, hidden, seed=1).to(fp8),
+                "hidden_states_scale": _random(hidden // 128, 6, seed=2, dtype=torch.float32).abs(),
+                "gemm1_weights": _random(experts, 2 * inter, hidden, seed=3).to(fp8),
+                "gemm1_weights_scale": torch.ones(experts, 2 * inter // 128, hidden // 128),
+                "gemm2_weights": _random(experts, hidden, inter, seed=4).to(fp8),
+                "gemm2_weights_scale": torch.ones(experts, hidden // 128, inter // 128),
+            },
+            {},
+        ),
+        "trtllm_fp8_per_tensor_scale_moe": (
+            lambda: {
+                "hidden_states": _random(6, hidden, seed=1).to(fp8),
+                "gemm1_weights": _random(experts, 2 * inter, hidden, seed=3).to(fp8),
+                "output1_scales_scalar": torch.ones(experts),
+                "output1_scales_gate_scalar": torch.ones(experts),
+                "gemm2_weights": _random(experts, hidden, inter, seed=4).to(fp8),
+                "output2_scales_scalar": torch.ones(experts),
+            },
+            per_scales,
+        ),
+        "trtllm_fp8_per_channel_scale_moe": (
+            lambda: {
+                "hidden_states": _random(6, hidden, seed=1).to(fp8),
+                "hidden_states_scale": torch.ones(6, 1),
+                "gemm1_weights": _random(experts, 2 * inter, hidden, seed=3).to(fp8),
+                "gemm1_per_channel_weight_scale": torch.ones(experts, 2 * inter),
+                "output1_scale_scalar": torch.ones(experts),
+                "output1_scale_gate_scalar": torch.ones(experts),
+                "gemm2_weights": _random(experts, hidden, inter, seed=4).to(fp8),
+                "gemm2_per_channel_weight_scale": torch.ones(experts, hidden),
+                "output2_scale_scalar": torch.ones(experts),
+            },
+            per_scales,
+        ),
+        "trtllm_mxint4_block_scale_moe": (
+            lambda: {
+                "hidden_states": _random(6, hidden, seed=1).to(bf16),
+                "gemm1_weights": _bytes(experts, 2 * inter, hidden // 2, seed=3),
+                "gemm1_weights_scale": torch.ones(experts, 2 * inter, hidden // 32, dtype=bf16),
+                "gemm2_weights": _bytes(experts, hidden, inter // 2, seed=4),
+                "gemm2_weights_scale": torch.ones(experts, hidden, inter // 32, dtype=bf16),
+            },
+            dict.fromkeys(("gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit")),
+        ),
     }
     cases = {}
-    for name, tensors in kinds.items():
+    for name, (tensors, fixed) in kinds.items():
         fn = getattr(moe, name, None)
         if fn is None:
             continue
         names = ["routing_logits", *tensors()]
-        per = "per_tensor" in name or "per_channel" in name
-        fixed = {"use_routing_scales_on_input": False} if per else {}
-        if "mxint4" in name:
-            fixed = dict.fromkeys(("gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit"))
 
         def call(*values, fn=fn, names=names, fixed=fixed, **more):
             keys = [*names, "routing_replay_out", "output"]

@@ -101,12 +101,7 @@ BOUNDARIES = (
     TOP_K_TOP_P,
     TOP_P_RENORM,
     TOP_P,
-    TRTLLM_BF16,
-    TRTLLM_FP4,
-    TRTLLM_FP8_BLOCK,
-    TRTLLM_FP8_CHANNEL,
-    TRTLLM_FP8_TENSOR,
-    TRTLLM_MXINT4,
+    *MOE,
 )
 """The op-boundary patches, one public entry point each, in registry order: the activations
 (flashinfer/activation.py, from 0.6.0), bmm_fp8 and mm_fp8 (from 0.6.0) and mm_fp4 (from 0.6.7)
