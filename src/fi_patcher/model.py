@@ -107,6 +107,9 @@ class Boundary:
     """The one value of each named parameter the op carries, where the function has it
     (`backend`: `cuda`, `do_finalize`: true): a traced call with another value traces the
     function's own body."""
+    only_none: tuple[str, ...] = ()
+    """The parameters the op carries as None only (`gemm1_lora_delta`: given, the routed MoE
+    returns more outputs): a traced call that gives one traces the function's own body."""
     uncapturable: tuple[tuple[str, str], ...] = ()
     """The values that make a call's body one a CUDA graph cannot capture (`seed`: `none`, the
     generator read on the host; `check_nan`: `true`, a host sync): such a call is the op
@@ -131,6 +134,11 @@ class Boundary:
 
         return "{" + ", ".join(f'"{name}": {text(value)}' for name, value in pairs) + "}"
 
+    def _only(self) -> str:
+        """`only` as placed: each value, then None for each of `only_none`."""
+        pairs = [self._dict(self.only)[1:-1], *(f'"{name}": None' for name in self.only_none)]
+        return "{" + ", ".join(p for p in pairs if p) + "}"
+
     @staticmethod
     def _tuple(names: tuple[str, ...]) -> str:
         return "(" + "".join(f'"{name}", ' for name in names).rstrip() + ")"
@@ -146,7 +154,7 @@ class Boundary:
             + (f',\n        check="{self.check}"' if self.check else "")
             + (f",\n        types={self._dict(self.types)}" if self.types else "")
             + (f',\n        returns_when="{self.returns_when}"' if self.returns_when else "")
-            + (f",\n        only={self._dict(self.only)}" if self.only else "")
+            + (f",\n        only={self._only()}" if self.only or self.only_none else "")
             + (
                 f",\n        uncapturable={self._dict(self.uncapturable)}"
                 if self.uncapturable

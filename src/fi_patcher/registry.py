@@ -123,6 +123,7 @@ def _parse_operation(data: dict[str, Any], declarations: Sequence[Declaration]) 
             tuple(data.get("types", {}).items()),
             data.get("returns_when", ""),
             tuple(data.get("only", {}).items()),
+            tuple(data.get("only_none", ())),
             tuple(data.get("uncapturable", {}).items()),
             tuple(data.get("writes", ())),
             _flag(data.get("listed", False), "listed"),
@@ -298,6 +299,14 @@ def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
             p.isidentifier()
             and (isinstance(v, bool) or (isinstance(v, str) and v.isprintable() and '"' not in v))
         )
+    ]
+    problems += [
+        f"only_none: {p!r} is not a parameter name"
+        for p in boundary.only_none
+        if not (isinstance(p, str) and p.isidentifier())
+    ]
+    problems += [
+        f"{p} is in both only and only_none" for p, _ in boundary.only if p in boundary.only_none
     ]
     problems += [
         f"uncapturable: {p} = {v!r} is not a parameter name and one of "

@@ -30,9 +30,12 @@ _fi_patch_boundaries: "Dict[str, _FiPatchBoundary]" = {}
 # all of them in order (`names`), those the op leaves to their default (`kept`: torch has no
 # schema type for them), those typed by an IntEnum, passed to the op as int (`enums`), those
 # typed as a tensor or a number, passed to the op as two (`split`: the number's parameter, named
-# NAME_number), and the flag that makes the entry point return all its outputs, not the first
+# NAME_number), those typed as a tensor or a pair of tensors, passed to the op as two (`pairs`: the
+# pair's second tensor, named NAME_pair, None for a tensor alone: the routed MoE's topk_ids), and
+# the flag that makes the entry point return all its outputs, not the first
 # alone (`flag`: the op always asks for them all), and the values of the parameters the op carries
-# one value of only (`only`: backend "cuda"; another value is traced as the function's body), the
+# one value of only (`only`: backend "cuda", gemm1_lora_delta None; another value is traced as
+# the function's body), the
 # sequences FlashInfer compares with tuples (`tuples`), and the values that make a call's body one
 # a CUDA graph cannot capture (`uncapturable`: seed "none" where it is None, check_nan "true"
 # where it is true): such a call is the op NAME_uncapturable, tagged cudagraph_unsafe. The
@@ -55,6 +58,7 @@ class _FiPatchBoundary(object):
         self.kept: "Tuple[str, ...]" = ()
         self.enums: "Dict[str, Any]" = {}
         self.split: "Dict[str, str]" = {}
+        self.pairs: "Dict[str, str]" = {}
         self.flag = ""
         self.only: "Dict[str, Any]" = {}
         self.ready = False
@@ -205,8 +209,8 @@ def _fi_patch_parameters(
     return typed
 
 
-# One parameter as the op takes it: one typed parameter, two (a tensor or a number), none (left
-# to its default), or None where no op schema holds it.
+# One parameter as the op takes it: one typed parameter, two (a tensor or a number; a tensor or a
+# pair of tensors), none (left to its default), or None where no op schema holds it.
 def _fi_patch_parameter(
     entry: "_FiPatchBoundary", parameter: "Any", annotation: "Any", out: "str"
 ) -> "Optional[List[Any]]":
@@ -217,6 +221,18 @@ def _fi_patch_parameter(
     enum = _fi_patch_int_enum(annotation)
     if enum is not None:
         entry.enums[name] = enum
+    if _fi_patch_tensor_or_pair(annotation):
+        entry.pairs[name] = name + "_pair"
+        return [
+            inspect.Parameter(
+                name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor
+            ),
+            inspect.Parameter(
+                name + "_pair",
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                annotation=typing.Optional[torch.Tensor],
+            ),
+        ]
     number = _fi_patch_tensor_or_number(annotation)
     if number is not None:
         entry.split[name] = name + "_number"
@@ -322,7 +338,8 @@ def _fi_patch_make_ops(
             op.register_autograd(_fi_patch_boundary_no_grad, setup_context=_fi_patch_no_grad_setup)
 
 
-# The entry point's arguments again, from the op's: a split parameter one value, the flag true.
+# The entry point's arguments again, from the op's: a split parameter one value (a pair a tuple
+# of its two tensors), the flag true.
 def _fi_patch_joined(
     entry: "_FiPatchBoundary", passed: "List[str]", values: "Tuple[Any, ...]"
 ) -> "Dict[str, Any]":
@@ -331,6 +348,10 @@ def _fi_patch_joined(
         value = named.pop(number)
         if named[name] is None:
             named[name] = value
+    for name, second in entry.pairs.items():
+        value = named.pop(second)
+        if value is not None:
+            named[name] = (named[name], value)
     if entry.flag:
         named[entry.flag] = True
     return named
@@ -382,6 +403,17 @@ def _fi_patch_tensor_or_number(annotation: "Any") -> "Any":
     return numbers[0]
 
 
+# Whether an annotation is a tensor or a pair of tensors (Union[Tensor, Tuple[Tensor, Tensor]]).
+def _fi_patch_tensor_or_pair(annotation: "Any") -> "bool":
+    import typing
+
+    kinds = _fi_patch_union_members(annotation) or []
+    pairs = [k for k in kinds if typing.get_origin(k) is tuple]
+    if len(kinds) != 2 or torch.Tensor not in kinds or len(pairs) != 1:
+        return False
+    return typing.get_args(pairs[0]) == (torch.Tensor, torch.Tensor)
+
+
 def _fi_patch_is_tuple(annotation: "Any") -> "bool":
     import typing
 
@@ -393,13 +425,15 @@ def _fi_patch_is_tuple(annotation: "Any") -> "bool":
 # bound as Python binds them (TypeError where Python raises one), then one op. A call that passes
 # a parameter the op leaves to its default raises TypeError while tracing, naming it: a fullgraph
 # compile stops there; any other runs that call eagerly. A call with another value of a
-# parameter the op carries one value of (`only`) is traced as the entry point's own body, as
-# unpatched.
+# parameter the op carries one value of (`only`, None among them) is traced as the entry point's
+# own body, as unpatched. A pair is passed as its two tensors, a tensor alone as itself and None;
+# anything but a pair of two raises what Python's unpacking raises.
 def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
     name, names, defaults, positional = entry.name, entry.names, entry.defaults, entry.positional
     kept = [names.index(k) for k in entry.kept]
     enums = [names.index(e) for e in entry.enums]
     split = [names.index(s) for s in entry.split]
+    pairs = [names.index(p) for p in entry.pairs]
     flag = names.index(entry.flag) if entry.flag else -1
     only = [(names.index(k), v) for k, v in entry.only.items()]
     # Another value of a parameter with one value: the entry point's own body is traced.
@@ -416,7 +450,7 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
 
     def traced(*args: "Any", **kwargs: "Any") -> "Any":
         values = _fi_patch_boundary_bind(called, names, defaults, positional, args, kwargs)
-        if body is not None and any(values[i] != value for i, value in only):
+        if body is not None and any(_fi_patch_other(values[i], value) for i, value in only):
             return body(*args, **kwargs)
         for index in kept:
             if values[index] is not defaults[index]:
@@ -432,6 +466,12 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
             if index in split:
                 tensor = isinstance(value, torch.Tensor)
                 passed += [value, None] if tensor else [None, value]
+            elif index in pairs:
+                if isinstance(value, tuple):
+                    first, second = value
+                    passed += [first, second]
+                else:
+                    passed += [value, None]
             elif index not in kept and index != flag:
                 passed.append(value)
         if out_op is not None and passed[at] is not None:
@@ -453,6 +493,13 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
     entry.traced = traced
     entry.ready = True
     _fi_patch_in_place(entry.fn, _fi_patch_routing(entry))
+
+
+# Whether a traced call's value is another than the one the op carries (None: any value given).
+def _fi_patch_other(value: "Any", carried: "Any") -> "bool":
+    if carried is None:
+        return value is not None
+    return bool(value != carried)
 
 
 # What an entry point's name holds once it has an op (a declared one, or a boundary's): at each
@@ -972,11 +1019,13 @@ def _fi_patch_fake_fused_topk_deepseek(
 
 # The trtllm fused MoE (flashinfer/fused_moe/core.py: trtllm_bf16_moe, trtllm_fp4_block_scale_moe,
 # trtllm_fp8_block_scale_moe, trtllm_fp8_per_channel_scale_moe, trtllm_fp8_per_tensor_scale_moe,
-# trtllm_mxint4_block_scale_moe), finalized (do_finalize true, the
+# trtllm_mxint4_block_scale_moe, and the _routed_ variant of each, which takes the routing as
+# topk_ids instead of the logits and allocates the same output), finalized (do_finalize true, the
 # one value the op carries: unfinalized, the first output's rows follow the routing on the
 # device). FlashInfer's own check of routing_replay_out (_validate_routing_replay_out: int16,
 # 2-D, top_k columns, contiguous; in 0.6.17 - 0.6.18.post1 none with fused shared experts; from
-# 0.7.0 at least a row per token: ValueError) runs first, as the entry point runs it. Then the
+# 0.7.0 at least a row per token: ValueError) runs first, as the entry point runs it, where the
+# patch names it (a routed MoE that takes no routing_replay_out names none). Then the
 # output as the kernel module's op allocates it: bfloat16 (num_tokens, width), width the hidden
 # size (an FP4 input, uint8, packs two values a byte) or valid_hidden_size where given (0.7.0 on:
 # positive, and no wider than the hidden size once rounded up to 128, ValueError). A given output
@@ -1001,16 +1050,16 @@ def _fi_patch_fake_trtllm_moe(values: "Dict[str, Any]", rule: "str", check: "Any
         raise ValueError(
             "FP8 per-channel MoE hidden_states must have dtype %s, got %s." % (listed, hidden.dtype)
         )
-    replay = values.get("routing_replay_out")
     # The check's parameters are the release's: num_tokens from 0.7.0, the fused shared experts
-    # in 0.6.17 - 0.6.18.post1.
-    taken = inspect.signature(check).parameters
-    more: "Dict[str, Any]" = {}
-    if "num_tokens" in taken:
-        more["num_tokens"] = tokens
-    if "num_fused_shared_experts" in taken:
-        more["num_fused_shared_experts"] = values.get("num_fused_shared_experts") or 0
-    check(replay, top_k, **more)
+    # in 0.6.17 - 0.6.18.post1. A routed MoE without routing_replay_out names no check.
+    if check is not None:
+        taken = inspect.signature(check).parameters
+        more: "Dict[str, Any]" = {}
+        if "num_tokens" in taken:
+            more["num_tokens"] = tokens
+        if "num_fused_shared_experts" in taken:
+            more["num_fused_shared_experts"] = values.get("num_fused_shared_experts") or 0
+        check(values.get("routing_replay_out"), top_k, **more)
     size = hidden.shape[-1] * (2 if hidden.dtype == torch.uint8 else 1)
     valid = values.get("valid_hidden_size")
     if valid is not None and valid <= 0:
