@@ -45,6 +45,7 @@ from tests.support.releases import (
     MOE_CORE,
     MXFP8,
     OP_BOUNDARY,
+    ROUTED,
     ROUTING_DSV3,
     SAMPLING,
     SILU,
@@ -56,11 +57,17 @@ from tests.support.releases import (
     TOP_P_RENORM,
     TOPK_DEEPSEEK,
     TRTLLM_BF16,
+    TRTLLM_BF16_ROUTED,
     TRTLLM_FP4,
+    TRTLLM_FP4_ROUTED,
     TRTLLM_FP8_BLOCK,
+    TRTLLM_FP8_BLOCK_ROUTED,
     TRTLLM_FP8_CHANNEL,
+    TRTLLM_FP8_CHANNEL_ROUTED,
     TRTLLM_FP8_TENSOR,
+    TRTLLM_FP8_TENSOR_ROUTED,
     TRTLLM_MXINT4,
+    TRTLLM_MXINT4_ROUTED,
     release,
     released_text,
 )
@@ -97,6 +104,12 @@ ENTRY_POINTS = {
     TRTLLM_FP8_CHANNEL: "trtllm_fp8_per_channel_scale_moe",
     TRTLLM_FP8_TENSOR: "trtllm_fp8_per_tensor_scale_moe",
     TRTLLM_MXINT4: "trtllm_mxint4_block_scale_moe",
+    TRTLLM_BF16_ROUTED: "trtllm_bf16_routed_moe",
+    TRTLLM_FP4_ROUTED: "trtllm_fp4_block_scale_routed_moe",
+    TRTLLM_FP8_BLOCK_ROUTED: "trtllm_fp8_block_scale_routed_moe",
+    TRTLLM_FP8_CHANNEL_ROUTED: "trtllm_fp8_per_channel_scale_routed_moe",
+    TRTLLM_FP8_TENSOR_ROUTED: "trtllm_fp8_per_tensor_scale_routed_moe",
+    TRTLLM_MXINT4_ROUTED: "trtllm_mxint4_block_scale_routed_moe",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -119,6 +132,12 @@ MOE_NO_OUTPUT = (
     "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
     "writes: routing_replay_out"
 )
+ROUTED_FORMS = (
+    "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
+    "a (topk_ids, topk_weights) pair, out: output=, as SGLang calls it, out: output=, "
+    "a dynamic token count"
+)
+ROUTED_REFUSED = "an output of too few rows, valid_hidden_size past the hidden size"
 PROVEN = {
     "min_p_sampling_from_probs": SAMPLED,
     # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
@@ -189,6 +208,29 @@ PROVEN = {
         MOE_FORMS + ", valid_hidden_size",
         MOE_REFUSED + ", valid_hidden_size past the hidden size",
     ),
+    # The routed MoE (0.7.0 on): topk_ids in the logits' place, a (topk_ids, topk_weights) pair
+    # where it takes one (not FP8 per channel, not MXINT4); workspace_buffer (0.7.4, NEWER_FORMS)
+    # where it writes nothing else.
+    "trtllm_bf16_routed_moe": (ROUTED_FORMS + ", writes: routing_replay_out", MOE_REFUSED),
+    "trtllm_fp4_block_scale_routed_moe": (
+        ROUTED_FORMS + ", bfloat16 activations, valid_hidden_size",
+        ROUTED_REFUSED,
+    ),
+    "trtllm_fp8_block_scale_routed_moe": (ROUTED_FORMS + ", valid_hidden_size", ROUTED_REFUSED),
+    "trtllm_fp8_per_tensor_scale_routed_moe": (
+        ROUTED_FORMS + ", writes: routing_replay_out",
+        MOE_REFUSED,
+    ),
+    "trtllm_fp8_per_channel_scale_routed_moe": (
+        "by keyword, positional, FlashInfer's defaults, a dynamic token count",
+        "bfloat16 activations, float32 activations",
+    ),
+    "trtllm_mxint4_block_scale_routed_moe": (
+        "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
+        "out: output=, as SGLang calls it, out: output=, a dynamic token count, "
+        "valid_hidden_size",
+        ROUTED_REFUSED,
+    ),
     # out= from 0.7.2.post1: the proof adds its forms where the function takes it.
     "block_scale_interleave": (
         "positional, by keyword, 3-D bfloat16, by its other name, a dynamic dimension",
@@ -196,12 +238,16 @@ PROVEN = {
     ),
 }
 # Forms 0.7.4 adds: out= (0.7.2.post1 on), top_k_max (0.7.4), top_k_renorm_probs'
-# is_deterministic (0.7.1 on), FP8 per channel's workspace_buffer (0.7.4).
+# is_deterministic (0.7.1 on), workspace_buffer (0.7.4) where it is all the MoE writes.
 NEWER_FORMS = {
     "block_scale_interleave": (", out=", ", out of the wrong size"),
     "top_k_top_p_sampling_from_probs": (", top_k_max", ""),
     "top_k_renorm_probs": (", is_deterministic", ""),
     "trtllm_fp8_per_channel_scale_moe": (", writes: workspace_buffer", ""),
+    "trtllm_fp4_block_scale_routed_moe": (", writes: workspace_buffer", ""),
+    "trtllm_fp8_block_scale_routed_moe": (", writes: workspace_buffer", ""),
+    "trtllm_fp8_per_channel_scale_routed_moe": (", writes: workspace_buffer", ""),
+    "trtllm_mxint4_block_scale_routed_moe": (", writes: workspace_buffer", ""),
 }
 
 # What a proof shows on releases before the one a form or a refusal arrives in: steps of (that
@@ -239,6 +285,10 @@ BEFORE = {
         ),
     ),
 }
+
+
+# FP8 per channel's routed call takes the activations its own takes.
+BEFORE["trtllm_fp8_per_channel_scale_routed_moe"] = BEFORE["trtllm_fp8_per_channel_scale_moe"]
 
 
 def test_each_patch_names_its_entry_point_and_an_op_of_the_same_name() -> None:
@@ -432,6 +482,14 @@ def bf16_moe(finalize):
     return lambda l, h, w1, w2: flashinfer.fused_moe.trtllm_bf16_moe(
         l, None, h, w1, w2, 8, 2, None, None, 128, 0, 8, do_finalize=finalize
     )
+# The routed BF16 MoE (0.7.0 on): topk_ids packed, as a pair, and beside a LoRA delta, which
+# returns more outputs and so traces the function's own body.
+picked = (meta(4, 2, dtype=torch.int32), meta(4, 256), meta(8, 2, 256, 128), meta(8, 1, 256, 128))
+def bf16_routed(ids, h, w1, w2, **more):
+    return flashinfer.fused_moe.trtllm_bf16_routed_moe(
+        ids, h, w1, w2, 8, 2, None, None, 128, 0, 8, **more
+    )
+routed_ready = getattr(utils._fi_patch_boundaries.get("trtllm_bf16_routed_moe"), "ready", False)
 def returned_and_written(name):
     schema = getattr(torch.ops.fi_patch, name).default._schema
     written = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
@@ -478,6 +536,14 @@ print(json.dumps({
         for name in ("trtllm_bf16_moe", "trtllm_bf16_moe_writes", "trtllm_fp4_block_scale_moe_out")
         if hasattr(torch.ops.fi_patch, name)
     ],
+    "routed": routed_ready and [
+        str(torch.ops.fi_patch.trtllm_bf16_routed_moe.default._schema).split(", Tensor gemm1")[0],
+        graph(bf16_routed, *picked),
+        graph(lambda i, w, *a: bf16_routed((i, w), *a), picked[0], meta(4, 2), *picked[1:]),
+        graph(
+            lambda *a: bf16_routed(*a[:4], gemm1_lora_delta=a[4]), *picked, meta(4, 256)
+        )[:1],
+    ],
     "renormed": graph(lambda p: flashinfer.sampling.top_k_renorm_prob(p, k), p),
     "samples": graph(lambda p: flashinfer.top_k_sampling_from_probs(p, 5, seed=1, offset=0), p),
     "samples and valid": graph(
@@ -514,8 +580,8 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     originals = {f: released_text(release(version), f) for f in written}
     named = [x for p in (DECLARED, *BOUNDARIES) for x in ("--patch", p)]
     # The fused MoE's ops begin at 0.6.8 (before, their older texts are not applicable), FP8
-    # with per-channel scales at 0.7.0.
-    since = dict.fromkeys(MOE, "0.6.8") | {TRTLLM_FP8_CHANNEL: "0.7.0"}
+    # with per-channel scales and the routed MoE at 0.7.0.
+    since = dict.fromkeys(MOE, "0.6.8") | dict.fromkeys((TRTLLM_FP8_CHANNEL, *ROUTED), "0.7.0")
     boundaries = [p for p in BOUNDARIES if Version(version) >= Version(since.get(p, "0"))]
 
     before = fi_patch(runner, "check", "--venv", venv, *named, "--json")
@@ -636,6 +702,18 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     # optional buffers it is given, the out= op output too; each returns what the call returns.
     # The op carries do_finalize true only: an unfinalized call traces the function's own body,
     # as unpatched, and a fullgraph trace stops in it (the kernel module's getter).
+    # The routed MoE (0.7.0 on): topk_ids is two tensors of the op, a packed tensor's second None;
+    # a LoRA delta, which returns more outputs, traces the function's own body.
+    if Version(version) >= Version("0.7.0"):
+        schema, packed, paired, lora = seen["routed"]  # type: ignore[misc]
+        assert schema == (
+            "fi_patch::trtllm_bf16_routed_moe(Tensor topk_ids, Tensor? topk_ids_pair, "
+            "Tensor hidden_states"
+        )
+        assert packed == paired == ["fi_patch.trtllm_bf16_routed_moe"]
+        assert lora[0] in ("Unsupported", "InternalTorchDynamoError"), lora
+    else:
+        assert seen["routed"] is False
     if version != "0.6.7.post2":
         assert seen["finalized"] == ["fi_patch.trtllm_bf16_moe"]
         assert len(seen["unfinalized"]) == 2, seen["unfinalized"]

@@ -155,13 +155,20 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: op-top-k-top-p-sampling-from-probs not-applicable",
         f"{venv}: op-top-p-renorm-probs not-applicable",
         f"{venv}: op-top-p-sampling-from-probs not-applicable",
-        # The fused MoE's ops begin at 0.6.8 (0.5.0 has no trtllm_bf16_moe at all).
+        # The fused MoE's ops begin at 0.6.8, the routed ones' at 0.7.0 (0.5.0 has no
+        # trtllm_bf16_moe at all).
         f"{venv}: op-trtllm-bf16-moe not-applicable",
+        f"{venv}: op-trtllm-bf16-routed-moe not-applicable",
         f"{venv}: op-trtllm-fp4-block-scale-moe not-applicable",
+        f"{venv}: op-trtllm-fp4-block-scale-routed-moe not-applicable",
         f"{venv}: op-trtllm-fp8-block-scale-moe not-applicable",
+        f"{venv}: op-trtllm-fp8-block-scale-routed-moe not-applicable",
         f"{venv}: op-trtllm-fp8-per-channel-scale-moe not-applicable",
+        f"{venv}: op-trtllm-fp8-per-channel-scale-routed-moe not-applicable",
         f"{venv}: op-trtllm-fp8-per-tensor-scale-moe not-applicable",
+        f"{venv}: op-trtllm-fp8-per-tensor-scale-routed-moe not-applicable",
         f"{venv}: op-trtllm-mxint4-block-scale-moe not-applicable",
+        f"{venv}: op-trtllm-mxint4-block-scale-routed-moe not-applicable",
     ]
     # The demo's dry run: what would be applied, and no word of a diff it does not show.
     dry = fi_patch(runner, "-q", "apply", "--venv", venv, "--dry-run", "--no-verify")

@@ -561,21 +561,49 @@ def _fused_moe(f):
             ("fi_patch.trtllm_bf16_moe_out",),
             written=(4, 5),
         )
-    return {**cases, **_fp8_moe(f, experts, top_k, hidden, inter, replay)}
+    return {
+        **cases,
+        **_fp8_moe(f, experts, top_k, hidden, inter, replay),
+        **_routed_moe(f, experts, top_k, hidden, inter, replay),
+    }
 
 
-def _fp8_moe(f, experts, top_k, hidden, inter, replay):
-    """The FP8 and MXINT4 trtllm MoE by keyword, each alone, writing routing_replay_out where it
-    takes it, and into an output where it takes one (FP8 from 0.6.14, MXINT4 from 0.6.8) writing
-    it too; FP8 per channel with workspace_buffer where it takes one (0.7.4): DeepSeek's
-    128-wide block scales, per-tensor scales, per-channel scales (0.7.0 on, neither), and MXINT4
-    weights with bfloat16 activations (which returns a list)."""
-    moe = f.fused_moe
+_FP8_MOE = (
+    "trtllm_fp8_block_scale_moe",
+    "trtllm_fp8_per_tensor_scale_moe",
+    "trtllm_fp8_per_channel_scale_moe",
+    "trtllm_mxint4_block_scale_moe",
+)
+
+
+def _moe_kinds(experts, hidden, inter):
+    """Each trtllm MoE's tensors after the routing (logits, or a routed call's topk_ids), by
+    keyword, for 6 tokens, and the parameters it is given one value of."""
     fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
-    # Each MoE's tensors after the routing logits, by keyword, and the parameters it is given one
-    # value of.
     per_scales = {"use_routing_scales_on_input": False}
-    kinds = {
+    unused = ("gemm1_bias", "gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit", "gemm2_bias")
+    unused += ("output1_scale_scalar", "output1_scale_gate_scalar", "output2_scale_scalar")
+    return {
+        "trtllm_bf16_moe": (
+            lambda: {
+                "hidden_states": _random(6, hidden, seed=1),
+                # BlockMajorK: (experts, K // 128, M, 128).
+                "gemm1_weights": _random(experts, hidden // 128, 2 * inter, 128, seed=2),
+                "gemm2_weights": _random(experts, inter // 128, hidden, 128, seed=3),
+            },
+            {},
+        ),
+        "trtllm_fp4_block_scale_moe": (
+            lambda: {
+                "hidden_states": _bytes(6, hidden // 2, seed=1),
+                "hidden_states_scale": _bytes(6, hidden // 16, seed=2).view(fp8),
+                "gemm1_weights": _bytes(experts, 2 * inter, hidden // 2, seed=3),
+                "gemm1_weights_scale": _bytes(experts, 2 * inter, hidden // 16, seed=4).view(fp8),
+                "gemm2_weights": _bytes(experts, hidden, inter // 2, seed=5),
+                "gemm2_weights_scale": _bytes(experts, hidden, inter // 16, seed=6).view(fp8),
+            },
+            dict.fromkeys(unused),
+        ),
         "trtllm_fp8_block_scale_moe": (
             lambda: {
                 "hidden_states": _random(6, hidden, seed=1).to(fp8),
@@ -623,6 +651,16 @@ def _fp8_moe(f, experts, top_k, hidden, inter, replay):
             dict.fromkeys(("gemm1_alpha", "gemm1_beta", "gemm1_clamp_limit")),
         ),
     }
+
+
+def _fp8_moe(f, experts, top_k, hidden, inter, replay):
+    """The FP8 and MXINT4 trtllm MoE by keyword, each alone, writing routing_replay_out where it
+    takes it, and into an output where it takes one (FP8 from 0.6.14, MXINT4 from 0.6.8) writing
+    it too; FP8 per channel with workspace_buffer where it takes one (0.7.4): DeepSeek's
+    128-wide block scales, per-tensor scales, per-channel scales (0.7.0 on, neither), and MXINT4
+    weights with bfloat16 activations (which returns a list)."""
+    moe = f.fused_moe
+    kinds = {k: v for k, v in _moe_kinds(experts, hidden, inter).items() if k in _FP8_MOE}
     cases = {}
     for name, (tensors, fixed) in kinds.items():
         fn = getattr(moe, name, None)
@@ -680,6 +718,86 @@ def _fp8_moe(f, experts, top_k, hidden, inter, replay):
                 ],
                 (f"fi_patch.{name}_out",),
                 written=(n, n + 1),
+            )
+    return cases
+
+
+def _routed_moe(f, experts, top_k, hidden, inter, replay):
+    """The _routed_ trtllm MoE where fi-patch gave it an op (0.7.0 on), the routing given as
+    topk_ids: each by keyword with a packed topk_ids (expert << 16 | the bfloat16 weight's bits),
+    with a (topk_ids, topk_weights) pair where it takes one, writing routing_replay_out where it
+    takes it, into an output where it takes one, and with workspace_buffer where that is all it
+    writes (0.7.4)."""
+    moe, boundaries = f.fused_moe, f.utils._fi_patch_boundaries
+    common = {
+        "routing_bias": None,
+        "num_experts": experts,
+        "top_k": top_k,
+        "n_group": None,
+        "topk_group": None,
+        "intermediate_size": inter,
+        "local_expert_offset": 0,
+        "local_num_experts": experts,
+        "routed_scaling_factor": None,
+        "routing_method_type": 1,
+    }
+
+    def routing(seed=11):
+        generator = torch.Generator().manual_seed(seed)
+        chosen = torch.rand(6, experts, generator=generator).argsort(-1)[:, :top_k]
+        weights = torch.softmax(torch.randn(6, top_k, generator=generator), -1)
+        return chosen.to(torch.int32), weights.to(torch.bfloat16)
+
+    def packed():
+        chosen, weights = routing()
+        return (chosen << 16) | (weights.view(torch.int16).to(torch.int32) & 0xFFFF)
+
+    cases = {}
+    for base, (tensors, fixed) in _moe_kinds(experts, hidden, inter).items():
+        name = base.replace("_moe", "_routed_moe")
+        fn = getattr(moe, name, None)
+        entry = boundaries.get(name)
+        if fn is None or entry is None or not entry.ready:
+            continue
+        names = list(tensors())
+        given = {k: v for k, v in {**common, **fixed}.items() if _has(fn, k)}
+
+        def call(ids, *values, fn=fn, names=names, given=given, **more):
+            keys = [*names, "routing_replay_out", "output"]
+            named = {keys[i]: values[i] for i in range(len(values))}
+            return fn(topk_ids=ids, **given, **named, **more)
+
+        def problem(tensors=tensors):
+            return [packed(), *tensors().values()]
+
+        n = 1 + len(names)
+        cases[f"{name} by keyword, topk_ids packed"] = Case(call, problem, (f"fi_patch.{name}",))
+        if "Tuple" in str(inspect.signature(fn).parameters["topk_ids"].annotation):
+            cases[f"{name} with a (topk_ids, topk_weights) pair"] = Case(
+                lambda ids, weights, *a, call=call: call((ids, weights), *a),
+                lambda tensors=tensors: [*routing(), *tensors().values()],
+                (f"fi_patch.{name}",),
+            )
+        if _has(fn, "routing_replay_out"):
+            cases[f"{name} writing routing_replay_out"] = Case(
+                call,
+                lambda problem=problem: [*problem(), replay()],
+                (f"fi_patch.{name}_writes",),
+                written=(n,),
+            )
+        elif _has(fn, "workspace_buffer"):
+            cases[f"{name} with workspace_buffer"] = Case(
+                lambda *a, call=call: call(*a[:-1], workspace_buffer=a[-1]),
+                lambda problem=problem: [*problem(), torch.zeros(4096, dtype=torch.uint8)],
+                (f"fi_patch.{name}_writes",),
+                written=(n,),
+            )
+        if _has(fn, "output"):
+            cases[f"{name} into an output"] = Case(
+                lambda *a, call=call: call(*a[:-1], output=a[-1]),
+                lambda problem=problem: [*problem(), torch.zeros(6, hidden, dtype=torch.bfloat16)],
+                (f"fi_patch.{name}_out",),
+                written=(n,),
             )
     return cases
 

@@ -222,66 +222,86 @@ def _no_aux_tc(
 
 # --- fused MoE: a deterministic function of the inputs -----------------------------------------
 
-# Where each trtllm MoE kernel takes routing_logits, hidden_states, the two weights, output, top_k,
-# do_finalize and routing_replay_out, by the number of arguments FlashInfer passes it in 0.6.8,
-# 0.7.0 and 0.7.4 (BF16, FP4, FP8 block scales, FP8 per tensor, FP8 per channel, MXINT4; MXINT4's
-# 31 is 0.6.13 - 0.6.18.post1's). The kernels' argument lists differ by release; the stand-in
-# reads these alone, and the compiled cases run 0.6.8.post1 and 0.7.4.
+# Where each trtllm MoE kernel takes the routing's input mode (0.7 on: logits, packed topk_ids, or
+# topk_ids with their weights beside; None where the kernel has none: logits where given, else
+# packed), routing_logits, hidden_states, the two weights, output, top_k, do_finalize,
+# routing_replay_out, topk_ids and the experts' weights, by the number of arguments FlashInfer
+# passes it in 0.6.8, 0.7.0 and 0.7.4 (BF16, FP4, FP8 block scales, FP8 per tensor and its routed
+# kernel, FP8 per channel, MXINT4; MXINT4's 31 is 0.6.13 - 0.6.18.post1's). The kernels' argument
+# lists differ by release; the stand-in reads these alone, and the compiled cases run 0.6.8.post1
+# and 0.7.4.
 _MOE_ARGUMENTS = {
     "trtllm_bf16_moe": {
-        25: (0, 4, 5, 6, 7, 9, 19, 24),
-        33: (1, 5, 6, 7, 12, 14, 24, 29),
-        35: (1, 5, 6, 7, 12, 14, 24, 29),
+        25: (None, 0, 4, 5, 6, 7, 9, 19, 24, 2, 3),
+        33: (0, 1, 5, 6, 7, 12, 14, 24, 29, 3, 4),
+        35: (0, 1, 5, 6, 7, 12, 14, 24, 29, 3, 4),
     },
     "trtllm_fp4_block_scale_moe": {
-        34: (0, 4, 6, 12, 30, 19, 27, 33),
-        43: (1, 5, 7, 14, 34, 22, 31, 37),
-        46: (1, 5, 7, 14, 34, 22, 31, 37),
+        34: (None, 0, 4, 6, 12, 30, 19, 27, 33, 1, 2),
+        43: (0, 1, 5, 7, 14, 34, 22, 31, 37, 2, 3),
+        46: (0, 1, 5, 7, 14, 34, 22, 31, 37, 2, 3),
     },
     "trtllm_fp8_block_scale_moe": {
-        29: (0, 4, 6, 8, 10, 12, 22, 28),
-        42: (1, 5, 7, 14, 17, 19, 30, 36),
-        44: (1, 5, 7, 14, 17, 19, 30, 36),
+        29: (None, 0, 4, 6, 8, 10, 12, 22, 28, 1, 2),
+        42: (0, 1, 5, 7, 14, 17, 19, 30, 36, 2, 3),
+        44: (0, 1, 5, 7, 14, 17, 19, 30, 36, 2, 3),
     },
     "trtllm_fp8_per_tensor_scale_moe": {
-        25: (0, 2, 3, 6, 8, 10, 19, 24),
-        28: (0, 2, 3, 6, 8, 10, 19, 24),
-        31: (0, 2, 3, 6, 8, 10, 19, 24),
+        25: (None, 0, 2, 3, 6, 8, 10, 19, 24, None, None),
+        28: (None, 0, 2, 3, 6, 8, 10, 19, 24, None, None),
+        31: (None, 0, 2, 3, 6, 8, 10, 19, 24, None, None),
+    },
+    # The routed call's own kernel (0.6.17 on): no routing_logits.
+    "trtllm_fp8_per_tensor_scale_routed_moe": {
+        30: (0, None, 4, 5, 8, 10, 12, 21, 26, 1, 2),
+        33: (0, None, 4, 5, 8, 10, 12, 21, 26, 1, 2),
     },
     # No routing_replay_out: 0.7.0 (29) and 0.7.4 (31).
     "trtllm_fp8_per_channel_scale_moe": {
-        29: (0, 4, 6, 10, 13, 15, 24, None),
-        31: (0, 4, 6, 10, 13, 15, 24, None),
+        29: (None, 0, 4, 6, 10, 13, 15, 24, None, 1, 2),
+        31: (None, 0, 4, 6, 10, 13, 15, 24, None, 1, 2),
     },
     "trtllm_mxint4_block_scale_moe": {
-        25: (0, 2, 3, 8, 21, 11, 19, 24),
-        31: (0, 4, 5, 11, 24, 14, 22, 27),
-        33: (0, 4, 5, 11, 24, 14, 22, 27),
-        35: (0, 4, 5, 11, 24, 14, 22, 27),
+        25: (None, 0, 2, 3, 8, 21, 11, 19, 24, None, None),
+        31: (None, 0, 4, 5, 11, 24, 14, 22, 27, None, None),
+        33: (None, 0, 4, 5, 11, 24, 14, 22, 27, 2, 3),
+        35: (None, 0, 4, 5, 11, 24, 14, 22, 27, 2, 3),
     },
 }
 
 
+_UNPACKED = 2
+"""RoutingInputMode.UnpackedPrecomputed (flashinfer/tllm_enums.py)."""
+
+
 def _trtllm_moe(kind):
-    """Softmax top-k routing over the logits, then per token the sum, weighted, of what each
-    chosen expert gives: the token's values (FP4's bytes read as two 4-bit codes) scaled by a
-    number of that expert's weights. Written into output where do_finalize (the only form the
-    compiled cases call; the kernel's other outputs are not read then), and the chosen experts
-    into routing_replay_out where given."""
+    """Top-k routing, then per token the sum, weighted, of what each chosen expert gives: the
+    token's values (FP4's bytes read as two 4-bit codes) scaled by a number of that expert's
+    weights. The routing: softmax top-k over the logits where given; else the routed call's
+    topk_ids, a (tokens, top_k) int32 of experts with their weights given beside (the unpacked
+    mode), or packed (expert << 16 | the bfloat16 weight's bits). Written into output where
+    do_finalize (the only form the compiled cases call; the kernel's other outputs are not read
+    then), and the chosen experts into routing_replay_out where given."""
 
     def kernel(*args):
         where = _MOE_ARGUMENTS[kind].get(len(args))
         if where is None:
             raise LookupError(f"no CPU stand-in for {kind} with {len(args)} arguments")
         picked = (None if i is None else args[i] for i in where)
-        logits, hidden, w1, w2, output, top_k, finalize, replay = picked
+        mode, logits, hidden, w1, w2, output, top_k, finalize, replay, ids, given = picked
         if not finalize:
             raise LookupError(f"no CPU stand-in for {kind} with do_finalize=False")
         x = hidden.float()
         if hidden.dtype == torch.uint8:
             x = torch.stack([hidden & 0xF, hidden >> 4], -1).reshape(hidden.shape[0], -1).float()
             x = x / 4 - 2
-        weights, experts = torch.softmax(logits.float(), -1).topk(top_k, -1)
+        if logits is not None:
+            weights, experts = torch.softmax(logits.float(), -1).topk(top_k, -1)
+        elif mode == _UNPACKED:
+            weights, experts = given.float(), ids.long()
+        else:
+            experts = (ids >> 16).long()
+            weights = (ids & 0xFFFF).to(torch.int16).view(torch.bfloat16).float()
         per_expert = 1 + (w1.float().flatten(1).mean(1) - w2.float().flatten(1).mean(1)) / 64
         scale = (weights * per_expert[experts]).sum(-1, keepdim=True)
         output.copy_((x[:, : output.shape[1]] * scale).to(output.dtype))
@@ -584,6 +604,7 @@ KERNELS = {
     "trtllm_fp4_block_scale_moe": _trtllm_moe("trtllm_fp4_block_scale_moe"),
     "trtllm_fp8_block_scale_moe": _trtllm_moe("trtllm_fp8_block_scale_moe"),
     "trtllm_fp8_per_tensor_scale_moe": _trtllm_moe("trtllm_fp8_per_tensor_scale_moe"),
+    "trtllm_fp8_per_tensor_scale_routed_moe": _trtllm_moe("trtllm_fp8_per_tensor_scale_routed_moe"),
     "trtllm_fp8_per_channel_scale_moe": _trtllm_moe("trtllm_fp8_per_channel_scale_moe"),
     "trtllm_mxint4_block_scale_moe": _trtllm_moe("trtllm_mxint4_block_scale_moe"),
     "merge_state": _merge_state,

@@ -66,16 +66,37 @@ TRTLLM_FP8_BLOCK = "op-trtllm-fp8-block-scale-moe"
 TRTLLM_FP8_CHANNEL = "op-trtllm-fp8-per-channel-scale-moe"
 TRTLLM_FP8_TENSOR = "op-trtllm-fp8-per-tensor-scale-moe"
 TRTLLM_MXINT4 = "op-trtllm-mxint4-block-scale-moe"
+TRTLLM_BF16_ROUTED = "op-trtllm-bf16-routed-moe"
+TRTLLM_FP4_ROUTED = "op-trtllm-fp4-block-scale-routed-moe"
+TRTLLM_FP8_BLOCK_ROUTED = "op-trtllm-fp8-block-scale-routed-moe"
+TRTLLM_FP8_CHANNEL_ROUTED = "op-trtllm-fp8-per-channel-scale-routed-moe"
+TRTLLM_FP8_TENSOR_ROUTED = "op-trtllm-fp8-per-tensor-scale-routed-moe"
+TRTLLM_MXINT4_ROUTED = "op-trtllm-mxint4-block-scale-routed-moe"
+ROUTED = (
+    TRTLLM_BF16_ROUTED,
+    TRTLLM_FP4_ROUTED,
+    TRTLLM_FP8_BLOCK_ROUTED,
+    TRTLLM_FP8_CHANNEL_ROUTED,
+    TRTLLM_FP8_TENSOR_ROUTED,
+    TRTLLM_MXINT4_ROUTED,
+)
+"""The op-boundary patches of the trtllm fused MoE's _routed_ variants, from 0.7.0."""
 MOE = (
     TRTLLM_BF16,
+    TRTLLM_BF16_ROUTED,
     TRTLLM_FP4,
+    TRTLLM_FP4_ROUTED,
     TRTLLM_FP8_BLOCK,
+    TRTLLM_FP8_BLOCK_ROUTED,
     TRTLLM_FP8_CHANNEL,
+    TRTLLM_FP8_CHANNEL_ROUTED,
     TRTLLM_FP8_TENSOR,
+    TRTLLM_FP8_TENSOR_ROUTED,
     TRTLLM_MXINT4,
+    TRTLLM_MXINT4_ROUTED,
 )
 """The op-boundary patches of the trtllm fused MoE, in MOE_CORE from 0.6.8 (TRTLLM_FP8_CHANNEL
-from 0.7.0)."""
+and ROUTED from 0.7.0), in registry order."""
 QUANTIZERS = (INTERLEAVE, MXFP8, BATCHED, GROUPED, SILU_EXPERTS)
 """The op-boundary patches of the quantizers: silu_and_mul_scaled_nvfp4_experts_quantize in
 flashinfer/activation.py from 0.6.0; from 0.6.7 mxfp8_quantize in FP8_QUANT and the others in
@@ -431,6 +452,7 @@ OWN_FILES = {
     TRTLLM_FP8_CHANNEL: MOE_CORE,
     TRTLLM_FP8_TENSOR: MOE_CORE,
     TRTLLM_MXINT4: MOE_CORE,
+    **dict.fromkeys(ROUTED, MOE_CORE),
 }
 OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     CONCAT: {
@@ -534,6 +556,60 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
             "0.6.11.post3": "0.6.10",
             "0.6.12": "0.6.10",
             "0.6.18.post1": "0.6.13",
+            "0.7.0": "0.7.0",
+            "0.7.1": "0.7.0",
+            "0.7.1rc1": "0.7.0",
+            "0.7.2rc6": "0.7.0",
+            "0.7.4": "0.7.4",
+        }
+    ),
+    TRTLLM_BF16_ROUTED: _in_moe_core(
+        {
+            "0.7.0": "0.7.0",
+            "0.7.1": "0.7.0",
+            "0.7.1rc1": "0.7.0",
+            "0.7.2rc6": "0.7.0",
+            "0.7.4": "0.7.4",
+        }
+    ),
+    TRTLLM_FP4_ROUTED: _in_moe_core(
+        {
+            "0.7.0": "0.7.0",
+            "0.7.1": "0.7.1",
+            "0.7.1rc1": "0.7.1",
+            "0.7.2rc6": "0.7.1",
+            "0.7.4": "0.7.4",
+        }
+    ),
+    TRTLLM_FP8_BLOCK_ROUTED: _in_moe_core(
+        {
+            "0.7.0": "0.7.0",
+            "0.7.1": "0.7.0",
+            "0.7.1rc1": "0.7.0",
+            "0.7.2rc6": "0.7.0",
+            "0.7.4": "0.7.4",
+        }
+    ),
+    TRTLLM_FP8_CHANNEL_ROUTED: _in_moe_core(
+        {
+            "0.7.0": "0.7.0",
+            "0.7.1": "0.7.1",
+            "0.7.1rc1": "0.7.1",
+            "0.7.2rc6": "0.7.1",
+            "0.7.4": "0.7.4",
+        }
+    ),
+    TRTLLM_FP8_TENSOR_ROUTED: _in_moe_core(
+        {
+            "0.7.0": "0.7.0",
+            "0.7.1": "0.7.0",
+            "0.7.1rc1": "0.7.0",
+            "0.7.2rc6": "0.7.0",
+            "0.7.4": "0.7.4",
+        }
+    ),
+    TRTLLM_MXINT4_ROUTED: _in_moe_core(
+        {
             "0.7.0": "0.7.0",
             "0.7.1": "0.7.0",
             "0.7.1rc1": "0.7.0",

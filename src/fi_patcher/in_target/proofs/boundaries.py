@@ -370,7 +370,14 @@ MOE = (
     "trtllm_fp8_per_tensor_scale_moe",
     "trtllm_fp8_per_channel_scale_moe",
     "trtllm_mxint4_block_scale_moe",
+    "trtllm_bf16_routed_moe",
+    "trtllm_fp4_block_scale_routed_moe",
+    "trtllm_fp8_block_scale_routed_moe",
+    "trtllm_fp8_per_tensor_scale_routed_moe",
+    "trtllm_fp8_per_channel_scale_routed_moe",
+    "trtllm_mxint4_block_scale_routed_moe",
 )
+"""The trtllm fused MoE, and the _routed_ variant of each (the routing given as topk_ids)."""
 
 
 def _trtllm_moe(torch, f, name):
@@ -383,25 +390,33 @@ def _trtllm_moe(torch, f, name):
     channel, which takes neither output nor routing_replay_out, with workspace_buffer (0.7.4 on).
     Refused: routing_replay_out of another dtype, an output of too few rows (MXINT4 from 0.7.0
     only: before, its kernel module's op takes any), a valid_hidden_size past the hidden size, FP8
-    per channel's float32 activations (and bfloat16 from 0.7.1)."""
+    per channel's float32 activations (and bfloat16 from 0.7.1). A _routed_ variant takes a packed
+    int32 topk_ids (expert << 16, a bfloat16 weight below) in the logits' place, and, where its
+    annotation says so, a (topk_ids, topk_weights) pair too."""
     import inspect
+    import typing
 
     def fused(*args, **kwargs):
         # Looked up at each call, as a caller's `flashinfer.fused_moe.NAME(...)` is.
         return getattr(f.fused_moe, name)(*args, **kwargs)
 
     parameters = inspect.signature(getattr(f.fused_moe, name)).parameters
-    fp4 = name == "trtllm_fp4_block_scale_moe"
+    routed = "_routed_" in name
+    base = name.replace("_routed_", "_")
+    fp4 = base == "trtllm_fp4_block_scale_moe"
     experts, top_k, hidden, inter = 8, 2, 256, 128
-    inputs, fixed = _moe_inputs(torch, name, experts, hidden, inter)
+    inputs, fixed = _moe_inputs(torch, base, experts, hidden, inter)
 
     def problem(tokens):
-        logits = _meta(torch, tokens, experts, dtype=torch.float32)
-        return (logits, *(_meta(torch, *shape(tokens), dtype=dtype) for _, shape, dtype in inputs))
+        if routed:
+            routing = _meta(torch, tokens, top_k, dtype=torch.int32)
+        else:
+            routing = _meta(torch, tokens, experts, dtype=torch.float32)
+        return (routing, *(_meta(torch, *shape(tokens), dtype=dtype) for _, shape, dtype in inputs))
 
     def named(arguments, **more):
         values = dict(
-            routing_logits=arguments[0],
+            **{"topk_ids" if routed else "routing_logits": arguments[0]},
             routing_bias=None,
             num_experts=experts,
             top_k=top_k,
@@ -451,6 +466,15 @@ def _trtllm_moe(torch, f, name):
         ("positional, FlashInfer's defaults", positional, problem(16), None),
         ("a dynamic token count", by_keyword, problem(40), 0),
     ]
+    kinds = typing.get_args(parameters["topk_ids"].annotation) if routed else ()
+    if any(typing.get_origin(kind) is tuple for kind in kinds):
+        # Unpacked routing: int32 experts and bfloat16 weights, each (tokens, top_k).
+        def paired(ids, weights, *arguments):
+            return fused(**named(((ids, weights), *arguments), do_finalize=True))
+
+        weights = _meta(torch, 16, top_k, dtype=torch.bfloat16)
+        pair = (problem(16)[0], weights, *problem(16)[1:])
+        calls.append(("a (topk_ids, topk_weights) pair", paired, pair, None))
     if "output" in parameters:
         calls.append(("out: output=, as SGLang calls it", into, output(16), None))
         calls.append(("out: output=, a dynamic token count", into, output(40), 0))
@@ -479,27 +503,19 @@ def _trtllm_moe(torch, f, name):
                 ("routing_replay_out beside a shared expert", shared, (*problem(16), replay))
             )
     # MXINT4's kernel module's op checks a given output from 0.7.0 (with valid_hidden_size) only.
-    mxint4 = name == "trtllm_mxint4_block_scale_moe"
+    mxint4 = base == "trtllm_mxint4_block_scale_moe"
     if "output" in parameters:
         short = (*problem(16), output(8)[-1])
         if not mxint4 or "valid_hidden_size" in parameters:
             refused.append(("an output of too few rows", into, short))
         else:
             calls.append(("out: an output of too few rows, unchecked", into, short, None))
-    if name == "trtllm_fp8_per_channel_scale_moe":
+    if base == "trtllm_fp8_per_channel_scale_moe":
         # The kernel module's op takes bfloat16 activations in 0.7.0; the function refuses them
         # from 0.7.1, where its own check names float8_e4m3fn (its code, not the routed one's).
         def activations(dtype):
             return (problem(16)[0], _meta(torch, 16, hidden, dtype=dtype), *problem(16)[2:])
 
-        if "workspace_buffer" in parameters:
-            # Its one written parameter (0.7.4 on): no routing_replay_out, no output.
-            def carved(*arguments):
-                *arguments, workspace = arguments
-                return fused(**named(arguments, workspace_buffer=workspace))
-
-            workspace = _meta(torch, 1 << 20, dtype=torch.uint8)
-            calls.append(("writes: workspace_buffer", carved, (*problem(16), workspace), None))
         entry = getattr(f.utils, "_fi_patch_boundaries", {}).get(name)
         own = inspect.unwrap(entry.fn if entry is not None else getattr(f.fused_moe, name))
         bf16 = ("bfloat16 activations", by_keyword, activations(torch.bfloat16))
@@ -522,6 +538,15 @@ def _trtllm_moe(torch, f, name):
 
         calls.append(("valid_hidden_size", narrower(200), problem(16), None))
         refused.append(("valid_hidden_size past the hidden size", narrower(300), problem(16)))
+    if "workspace_buffer" in parameters and "routing_replay_out" not in parameters:
+        # Its one written parameter (0.7.4 on): FP8 per channel and the routed FP4, FP8 block
+        # scales and MXINT4 take no routing_replay_out.
+        def carved(*arguments):
+            *arguments, workspace = arguments
+            return fused(**named(arguments, workspace_buffer=workspace))
+
+        workspace = _meta(torch, 1 << 20, dtype=torch.uint8)
+        calls.append(("writes: workspace_buffer", carved, (*problem(16), workspace), None))
     return calls, refused
 
 
