@@ -45,7 +45,6 @@ from tests.support.releases import (
     MOE_CORE,
     MXFP8,
     OP_BOUNDARY,
-    ROUTED,
     ROUTING_DSV3,
     SAMPLING,
     SILU,
@@ -138,6 +137,10 @@ ROUTED_FORMS = (
     "a dynamic token count"
 )
 ROUTED_REFUSED = "an output of too few rows, valid_hidden_size past the hidden size"
+ROUTED_UNPAIRED = (
+    "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
+    "out: output=, as SGLang calls it, out: output=, a dynamic token count"
+)
 PROVEN = {
     "min_p_sampling_from_probs": SAMPLED,
     # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
@@ -208,9 +211,9 @@ PROVEN = {
         MOE_FORMS + ", valid_hidden_size",
         MOE_REFUSED + ", valid_hidden_size past the hidden size",
     ),
-    # The routed MoE (0.7.0 on): topk_ids in the logits' place, a (topk_ids, topk_weights) pair
-    # where it takes one (not FP8 per channel, not MXINT4); workspace_buffer (0.7.4, NEWER_FORMS)
-    # where it writes nothing else.
+    # The routed MoE: topk_ids in the logits' place, a (topk_ids, topk_weights) pair where it
+    # takes one (from 0.6.18, FP4 from 0.6.12; never FP8 per channel or MXINT4, BEFORE);
+    # workspace_buffer (0.7.4, NEWER_FORMS) where it writes nothing else.
     "trtllm_bf16_routed_moe": (ROUTED_FORMS + ", writes: routing_replay_out", MOE_REFUSED),
     "trtllm_fp4_block_scale_routed_moe": (
         ROUTED_FORMS + ", bfloat16 activations, valid_hidden_size",
@@ -226,9 +229,7 @@ PROVEN = {
         "bfloat16 activations, float32 activations",
     ),
     "trtllm_mxint4_block_scale_routed_moe": (
-        "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
-        "out: output=, as SGLang calls it, out: output=, a dynamic token count, "
-        "valid_hidden_size",
+        ROUTED_UNPAIRED + ", valid_hidden_size",
         ROUTED_REFUSED,
     ),
     # out= from 0.7.2.post1: the proof adds its forms where the function takes it.
@@ -287,8 +288,32 @@ BEFORE = {
 }
 
 
-# FP8 per channel's routed call takes the activations its own takes.
+# FP8 per channel's routed call takes the activations its own takes; the other routed calls take
+# a pair from 0.6.18 (FP4 from 0.6.12), an output where the release has one (BF16 from 0.6.14),
+# and valid_hidden_size from 0.7.0; MXINT4's takes an output of too few rows unchecked before.
 BEFORE["trtllm_fp8_per_channel_scale_routed_moe"] = BEFORE["trtllm_fp8_per_channel_scale_moe"]
+BEFORE["trtllm_bf16_routed_moe"] = (
+    ("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),
+    ("0.6.18", MOE_FORMS, MOE_REFUSED),
+)
+BEFORE["trtllm_fp4_block_scale_routed_moe"] = (
+    ("0.6.12", ROUTED_UNPAIRED + ", bfloat16 activations", "an output of too few rows"),
+    ("0.7.0", ROUTED_FORMS + ", bfloat16 activations", "an output of too few rows"),
+)
+BEFORE["trtllm_fp8_block_scale_routed_moe"] = (
+    ("0.6.18", ROUTED_UNPAIRED, "an output of too few rows"),
+    ("0.7.0", ROUTED_FORMS, "an output of too few rows"),
+)
+BEFORE["trtllm_fp8_per_tensor_scale_routed_moe"] = (
+    ("0.6.18", ROUTED_UNPAIRED + ", writes: routing_replay_out", MOE_REFUSED),
+)
+BEFORE["trtllm_mxint4_block_scale_routed_moe"] = (
+    (
+        "0.7.0",
+        ROUTED_UNPAIRED + ", out: an output of too few rows, unchecked",
+        "it refuses no input before its kernel",
+    ),
+)
 
 
 def test_each_patch_names_its_entry_point_and_an_op_of_the_same_name() -> None:
@@ -580,8 +605,13 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     originals = {f: released_text(release(version), f) for f in written}
     named = [x for p in (DECLARED, *BOUNDARIES) for x in ("--patch", p)]
     # The fused MoE's ops begin at 0.6.8 (before, their older texts are not applicable), FP8
-    # with per-channel scales and the routed MoE at 0.7.0.
-    since = dict.fromkeys(MOE, "0.6.8") | dict.fromkeys((TRTLLM_FP8_CHANNEL, *ROUTED), "0.7.0")
+    # with per-channel scales at 0.7.0, the routed FP8 per tensor and MXINT4 where they arrive.
+    since = dict.fromkeys(MOE, "0.6.8") | {
+        TRTLLM_FP8_CHANNEL: "0.7.0",
+        TRTLLM_FP8_CHANNEL_ROUTED: "0.7.0",
+        TRTLLM_FP8_TENSOR_ROUTED: "0.6.17",
+        TRTLLM_MXINT4_ROUTED: "0.6.13",
+    }
     boundaries = [p for p in BOUNDARIES if Version(version) >= Version(since.get(p, "0"))]
 
     before = fi_patch(runner, "check", "--venv", venv, *named, "--json")
@@ -702,18 +732,23 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     # optional buffers it is given, the out= op output too; each returns what the call returns.
     # The op carries do_finalize true only: an unfinalized call traces the function's own body,
     # as unpatched, and a fullgraph trace stops in it (the kernel module's getter).
-    # The routed MoE (0.7.0 on): topk_ids is two tensors of the op, a packed tensor's second None;
-    # a LoRA delta, which returns more outputs, traces the function's own body.
-    if Version(version) >= Version("0.7.0"):
-        schema, packed, paired, lora = seen["routed"]  # type: ignore[misc]
-        assert schema == (
-            "fi_patch::trtllm_bf16_routed_moe(Tensor topk_ids, Tensor? topk_ids_pair, "
-            "Tensor hidden_states"
-        )
-        assert packed == paired == ["fi_patch.trtllm_bf16_routed_moe"]
-        assert lora[0] in ("Unsupported", "InternalTorchDynamoError"), lora
-    else:
+    # The routed MoE (0.6.8 on): from 0.6.18 topk_ids is two tensors of the op, a packed
+    # tensor's second None; a LoRA delta (0.6.13 on), which returns more outputs, traces the
+    # function's own body.
+    if version == "0.6.7.post2":
         assert seen["routed"] is False
+    else:
+        schema, packed, paired, lora = seen["routed"]  # type: ignore[misc]
+        pair = Version(version) >= Version("0.6.18")
+        assert schema == (
+            "fi_patch::trtllm_bf16_routed_moe(Tensor topk_ids, "
+            + ("Tensor? topk_ids_pair, " if pair else "")
+            + "Tensor hidden_states"
+        )
+        assert packed == ["fi_patch.trtllm_bf16_routed_moe"]
+        if pair:
+            assert paired == ["fi_patch.trtllm_bf16_routed_moe"]
+            assert lora[0] in ("Unsupported", "InternalTorchDynamoError"), lora
     if version != "0.6.7.post2":
         assert seen["finalized"] == ["fi_patch.trtllm_bf16_moe"]
         assert len(seen["unfinalized"]) == 2, seen["unfinalized"]

@@ -55,10 +55,15 @@ from tests.support.releases import (
     TOP_P_RENORM,
     TOPK_DEEPSEEK,
     TRTLLM_BF16,
+    TRTLLM_BF16_ROUTED,
     TRTLLM_FP4,
+    TRTLLM_FP4_ROUTED,
     TRTLLM_FP8_BLOCK,
+    TRTLLM_FP8_BLOCK_ROUTED,
     TRTLLM_FP8_TENSOR,
+    TRTLLM_FP8_TENSOR_ROUTED,
     TRTLLM_MXINT4,
+    TRTLLM_MXINT4_ROUTED,
     UNDER_COMPILE,
     UNKNOWN_IN,
     UTILS,
@@ -211,10 +216,15 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     moe = [(p["id"], p["shape"]) for p in records[MOE_CORE]["patches"]]
     assert moe == [
         (TRTLLM_BF16, "0.6.18"),
+        (TRTLLM_BF16_ROUTED, "0.6.18"),
         (TRTLLM_FP4, "0.6.18"),
+        (TRTLLM_FP4_ROUTED, "0.6.18"),
         (TRTLLM_FP8_BLOCK, "0.6.18"),
+        (TRTLLM_FP8_BLOCK_ROUTED, "0.6.18"),
         (TRTLLM_FP8_TENSOR, "0.6.14"),
+        (TRTLLM_FP8_TENSOR_ROUTED, "0.6.18"),
         (TRTLLM_MXINT4, "0.6.13"),
+        (TRTLLM_MXINT4_ROUTED, "0.6.13"),
     ]
     assert [(p["id"], p["shape"]) for p in records[UTILS]["patches"]] == [
         (DECLARED, "no-op"),

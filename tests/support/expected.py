@@ -103,11 +103,15 @@ def _boundary(node: ast.FunctionDef, patch: str, operation: Boundary, rule: str)
         checked += f",\n        types={{{named}}}"
     if operation.returns_when:
         checked += f',\n        returns_when="{operation.returns_when}"'
-    if operation.only:
-        # A bool (do_finalize) is written as Python writes it, a name in quotes.
+    if operation.only or operation.only_none:
+        # A bool (do_finalize) is written as Python writes it, a name in quotes, and each
+        # parameter the op carries as None only after them.
         values = ", ".join(
-            f'"{name}": {value}' if isinstance(value, bool) else f'"{name}": "{value}"'
-            for name, value in operation.only
+            [
+                f'"{name}": {value}' if isinstance(value, bool) else f'"{name}": "{value}"'
+                for name, value in operation.only
+            ]
+            + [f'"{name}": None' for name in operation.only_none]
         )
         checked += f",\n        only={{{values}}}"
     if operation.uncapturable:

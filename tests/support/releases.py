@@ -80,7 +80,9 @@ ROUTED = (
     TRTLLM_FP8_TENSOR_ROUTED,
     TRTLLM_MXINT4_ROUTED,
 )
-"""The op-boundary patches of the trtllm fused MoE's _routed_ variants, from 0.7.0."""
+"""The op-boundary patches of the trtllm fused MoE's _routed_ variants, from 0.6.8
+(TRTLLM_FP8_TENSOR_ROUTED from 0.6.17, TRTLLM_MXINT4_ROUTED from 0.6.13, TRTLLM_FP8_CHANNEL_ROUTED
+from 0.7.0)."""
 MOE = (
     TRTLLM_BF16,
     TRTLLM_BF16_ROUTED,
@@ -96,7 +98,7 @@ MOE = (
     TRTLLM_MXINT4_ROUTED,
 )
 """The op-boundary patches of the trtllm fused MoE, in MOE_CORE from 0.6.8 (TRTLLM_FP8_CHANNEL
-and ROUTED from 0.7.0), in registry order."""
+from 0.7.0, ROUTED as it says), in registry order."""
 QUANTIZERS = (INTERLEAVE, MXFP8, BATCHED, GROUPED, SILU_EXPERTS)
 """The op-boundary patches of the quantizers: silu_and_mul_scaled_nvfp4_experts_quantize in
 flashinfer/activation.py from 0.6.0; from 0.6.7 mxfp8_quantize in FP8_QUANT and the others in
@@ -565,6 +567,11 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     TRTLLM_BF16_ROUTED: _in_moe_core(
         {
+            "0.6.8": "0.6.8",
+            "0.6.10": "0.6.10",
+            "0.6.11.post3": "0.6.10",
+            "0.6.12": "0.6.10",
+            "0.6.18.post1": "0.6.18",
             "0.7.0": "0.7.0",
             "0.7.1": "0.7.0",
             "0.7.1rc1": "0.7.0",
@@ -574,6 +581,11 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     TRTLLM_FP4_ROUTED: _in_moe_core(
         {
+            "0.6.8": "0.6.8",
+            "0.6.10": "0.6.10",
+            "0.6.11.post3": "0.6.11",
+            "0.6.12": "0.6.12",
+            "0.6.18.post1": "0.6.18",
             "0.7.0": "0.7.0",
             "0.7.1": "0.7.1",
             "0.7.1rc1": "0.7.1",
@@ -583,6 +595,11 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     TRTLLM_FP8_BLOCK_ROUTED: _in_moe_core(
         {
+            "0.6.8": "0.6.8",
+            "0.6.10": "0.6.10",
+            "0.6.11.post3": "0.6.10",
+            "0.6.12": "0.6.10",
+            "0.6.18.post1": "0.6.18",
             "0.7.0": "0.7.0",
             "0.7.1": "0.7.0",
             "0.7.1rc1": "0.7.0",
@@ -601,6 +618,7 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     TRTLLM_FP8_TENSOR_ROUTED: _in_moe_core(
         {
+            "0.6.18.post1": "0.6.18",
             "0.7.0": "0.7.0",
             "0.7.1": "0.7.0",
             "0.7.1rc1": "0.7.0",
@@ -610,6 +628,7 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     TRTLLM_MXINT4_ROUTED: _in_moe_core(
         {
+            "0.6.18.post1": "0.6.13",
             "0.7.0": "0.7.0",
             "0.7.1": "0.7.0",
             "0.7.1rc1": "0.7.0",
