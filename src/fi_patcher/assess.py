@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from fi_patcher.errors import FiPatchError, LayoutProblem, Unsupported
-from fi_patcher.identify import Reading, identify, read, shapes_in, where
+from fi_patcher.identify import Reading, identify, looked_into, read, shapes_in, where
 from fi_patcher.model import (
     Assessment,
     Command,
@@ -58,7 +58,7 @@ def assess(
         )
         return Assessment(None, states, {}, busy, _warned(unreadable))
     version = installed.version
-    readings = {relpath: read(relpath, data) for relpath, data in sources.items()}
+    readings = _read_all(sources, looked_into([*patches, *registry]))
     placed = {p.id: where(p, readings, version) for p in patches}
     placed |= {p.id: where(p, readings, version) for p in registry if p.id not in placed}
     fits = {i: identify(p, readings.get(p.target), version) for i, p in placed.items()}
@@ -90,6 +90,19 @@ def assess(
         applicable=applicable | {i for f in files.values() for i in f.applied},
         none_found=all(sources.get(p.target) is None for p in (registry or patches)),
     )
+
+
+def _read_all(
+    sources: Mapping[str, bytes | None], keep: Mapping[str, frozenset[str]]
+) -> dict[str, Reading]:
+    """Each file parsed once for every patch that looks at it, with only the bodies patches read
+    (`looked_into`), the largest first: its parse is the peak of check's memory, and the smaller
+    ones reuse what it freed. In the order of `sources`."""
+    largest = sorted(sources, key=lambda relpath: -len(sources[relpath] or b""))
+    parsed = {
+        relpath: read(relpath, sources[relpath], keep.get(relpath, ())) for relpath in largest
+    }
+    return {relpath: parsed[relpath] for relpath in sources}
 
 
 def _members(

@@ -8,7 +8,7 @@ the files hold, the `Fit` carries a note saying what they hold, and the files de
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from fi_patcher.model import Exemption, Fit, Patch, Shape, Verdict
@@ -17,6 +17,7 @@ from fi_patcher.recognise import (
     Unrecognised,
     defines,
     locate,
+    nested,
     parse,
     recognise_in,
     sha256_text,
@@ -41,7 +42,9 @@ class Reading:
         return self.problem == f"{self.relpath} is absent"
 
 
-def read(relpath: str, source: bytes | None) -> Reading:
+def read(relpath: str, source: bytes | None, keep: Collection[str] | None = None) -> Reading:
+    """The file parsed; with `keep` (`looked_into`), the bodies of its other top-level functions
+    and classes emptied."""
     if source is None:
         return Reading(relpath, None, None, f"{relpath} is absent")
     try:
@@ -51,7 +54,34 @@ def read(relpath: str, source: bytes | None) -> Reading:
     tree = parse(text)
     if isinstance(tree, Unrecognised):
         return Reading(relpath, text, None, f"{relpath} is {tree.reason}")
+    if keep is not None:
+        _prune(tree, keep)
     return Reading(relpath, text, tree)
+
+
+def looked_into(patches: Iterable[Patch]) -> dict[str, frozenset[str]]:
+    """By file, the top-level functions whose bodies a patch reads: its function, or the
+    outermost function of its scope (`flashinfer_api.decorator`), in every file it may live in."""
+    names: dict[str, set[str]] = {}
+    for patch in patches:
+        outer = patch.scope.split(".")[0] if patch.scope and nested(patch.scope) else ""
+        for relpath in patch.targets:
+            names.setdefault(relpath, set()).update(n for n in (patch.function, outer) if n)
+    return {relpath: frozenset(held) for relpath, held in names.items()}
+
+
+def _prune(tree: ast.Module, keep: Collection[str]) -> None:
+    """Empty the bodies of the top-level functions and classes not in `keep`: the trees of every
+    file stay alive while each patch looks at its own, and FlashInfer's largest files
+    (fused_moe/core.py: 8,000 lines) are mostly bodies no patch reads. Their names, lines,
+    decorators and the statements between them stay: what `where`, `identify` and
+    `recognise_in` read (top-level names, imports, what follows a function)."""
+    for node in tree.body:
+        if (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and node.name not in keep
+        ):
+            node.body = [ast.Pass()]
 
 
 def where(patch: Patch, readings: Mapping[str, Reading], version: str) -> Patch:

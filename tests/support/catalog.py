@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from fi_patcher.identify import identify, read, where
+from fi_patcher.identify import identify, looked_into, read, where
 from fi_patcher.model import Fit, Patch
 from fi_patcher.registry import load_patches
 from tests.support.releases import release, released_files
@@ -34,13 +34,17 @@ def newest_named() -> Version:
     return max(Version(s.version) for r in ranges for s in r if s.operator in ("<=", "=="))
 
 
-def found_in(version: str, patches: Sequence[Patch] = ()) -> dict[str, Found]:
+def found_in(
+    version: str, patches: Sequence[Patch] = (), *, whole: bool = False
+) -> dict[str, Found]:
     """Every patch of the registry (or of `patches`), read in `version`'s released files, by
-    patch id."""
+    patch id: as check reads them, with only the bodies patches read (`looked_into`), or with
+    `whole`, every body."""
     files = released_files(release(version))
     patches = patches or load_patches()
+    keep = looked_into(patches)
     relpaths = {t for p in patches for t in p.targets}
-    readings = {r: read(r, files.get(r)) for r in relpaths}
+    readings = {r: read(r, files.get(r), None if whole else keep[r]) for r in relpaths}
     found = {}
     for patch in patches:
         placed = where(patch, readings, version)
