@@ -30,6 +30,7 @@ from tests.support.releases import (
     BOUNDARIES,
     CONCAT,
     CONCAT_OPS,
+    CUTLASS_MOE,
     DECLARED,
     FP4,
     FP8_QUANT,
@@ -109,6 +110,7 @@ ENTRY_POINTS = {
     TRTLLM_FP8_CHANNEL_ROUTED: "trtllm_fp8_per_channel_scale_routed_moe",
     TRTLLM_FP8_TENSOR_ROUTED: "trtllm_fp8_per_tensor_scale_routed_moe",
     TRTLLM_MXINT4_ROUTED: "trtllm_mxint4_block_scale_routed_moe",
+    CUTLASS_MOE: "cutlass_fused_moe",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -141,7 +143,16 @@ ROUTED_UNPAIRED = (
     "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
     "out: output=, as SGLang calls it, out: output=, a dynamic token count"
 )
+CUTLASS_REFUSED = "an output of too few rows, the min-latency mode"
 PROVEN = {
+    # cutlass_fused_moe (0.7.0 on); ClampedRelu2's checks from 0.7.2 (BEFORE).
+    "cutlass_fused_moe": (
+        "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
+        "out: output=, as SGLang calls it, out: output=, a dynamic token count, "
+        "an ActivationType, writes: workspace_buffer",
+        CUTLASS_REFUSED + ", a clamped_relu2_limit without ClampedRelu2, "
+        "ClampedRelu2 without its limit",
+    ),
     "min_p_sampling_from_probs": SAMPLED,
     # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
     # first; the top-k pair keeps the input's dtype and refuses float64.
@@ -292,6 +303,7 @@ BEFORE = {
 # a pair from 0.6.18 (FP4 from 0.6.12), an output where the release has one (BF16 from 0.6.14),
 # and valid_hidden_size from 0.7.0; MXINT4's takes an output of too few rows unchecked before.
 BEFORE["trtllm_fp8_per_channel_scale_routed_moe"] = BEFORE["trtllm_fp8_per_channel_scale_moe"]
+BEFORE["cutlass_fused_moe"] = (("0.7.2", PROVEN["cutlass_fused_moe"][0], CUTLASS_REFUSED),)
 BEFORE["trtllm_bf16_routed_moe"] = (
     ("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),
     ("0.6.18", MOE_FORMS, MOE_REFUSED),
@@ -422,8 +434,10 @@ def test_an_op_boundary_names_its_rule_and_requires_the_placed_code() -> None:
     moe = (Path(__file__).parents[1] / "patches" / f"{TRTLLM_FP4}.toml").read_text()
     with pytest.raises(RegistryError, match="only: do_finalize = 1 is not a parameter name"):
         parse_patch("x.toml", moe.replace("do_finalize = true", "do_finalize = 1"))
-    with pytest.raises(RegistryError, match="listed = true needs returns = 1"):
-        parse_patch("x.toml", moe.replace("listed = true", "listed = true\nreturns = 2"))
+    with pytest.raises(RegistryError, match="listed = true needs returns of 1 or more"):
+        parse_patch("x.toml", moe.replace("listed = true", "listed = true\nreturns = 0"))
+    with pytest.raises(RegistryError, match="listed = true needs returns of 1 or more"):
+        parse_patch("x.toml", moe.replace("listed = true", 'listed = true\nreturns_when = "x"'))
     with pytest.raises(RegistryError, match="listed = 'false' is not true or false"):
         parse_patch("x.toml", moe.replace("listed = true", 'listed = "false"'))
     # Its op for a call a CUDA graph cannot capture would declare nothing written.
@@ -569,6 +583,11 @@ print(json.dumps({
             lambda *a: bf16_routed(*a[:4], gemm1_lora_delta=a[4]), *picked, meta(4, 256)
         )[:1],
     ],
+    "cutlass schemas": [
+        returned_and_written(name)
+        for name in ("cutlass_fused_moe", "cutlass_fused_moe_writes", "cutlass_fused_moe_out")
+        if hasattr(torch.ops.fi_patch, name)
+    ],
     "renormed": graph(lambda p: flashinfer.sampling.top_k_renorm_prob(p, k), p),
     "samples": graph(lambda p: flashinfer.top_k_sampling_from_probs(p, 5, seed=1, offset=0), p),
     "samples and valid": graph(
@@ -611,6 +630,7 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         TRTLLM_FP8_CHANNEL_ROUTED: "0.7.0",
         TRTLLM_FP8_TENSOR_ROUTED: "0.6.17",
         TRTLLM_MXINT4_ROUTED: "0.6.13",
+        CUTLASS_MOE: "0.7.0",
     }
     boundaries = [p for p in BOUNDARIES if Version(version) >= Version(since.get(p, "0"))]
 
@@ -759,6 +779,17 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
             f"Tensor {buffers}",
             f"() output {buffers}",
         ]
+    # cutlass_fused_moe (0.7.0 on) returns its output and three unwritten buffers: the out op
+    # writes output (and workspace_buffer) and returns the three.
+    if Version(version) >= Version("0.7.0"):
+        four, three = "(Tensor, Tensor, Tensor, Tensor)", "(Tensor, Tensor, Tensor)"
+        assert seen["cutlass schemas"] == [
+            f"{four} ",
+            f"{four} workspace_buffer",
+            f"{three} output workspace_buffer",
+        ]
+    else:
+        assert seen["cutlass schemas"] == []
     # FlashInfer's other name for the function is the routing function too.
     assert seen["renormed"] == ["fi_patch.top_k_renorm_probs"]
     getitem = "<built-in function getitem>"

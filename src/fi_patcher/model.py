@@ -120,8 +120,9 @@ class Boundary:
     returns nothing: `returns = 0`; the trtllm MoE's `routing_replay_out`): its ops declare them
     written."""
     listed: bool = False
-    """The function returns its one output in a list (trtllm_fp4_block_scale_moe): the op returns
-    the tensor, and the routing function gives the list back."""
+    """The function returns its outputs in a list (trtllm_fp4_block_scale_moe one,
+    cutlass_fused_moe four): the op returns the tensors, and the routing function gives the list
+    back; its out op returns those beside the out parameter, the list's first."""
 
     UNCAPTURABLE = ("none", "true")
 

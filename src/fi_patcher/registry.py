@@ -285,8 +285,8 @@ def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
     # The uncapturable op declares nothing written: a call it takes would write undeclared.
     if boundary.writes and boundary.uncapturable:
         problems.append("writes = [...] takes no uncapturable")
-    if boundary.listed and (boundary.returns != 1 or boundary.returns_when):
-        problems.append("listed = true needs returns = 1, and no returns_when")
+    if boundary.listed and (boundary.returns < 1 or boundary.returns_when):
+        problems.append("listed = true needs returns of 1 or more, and no returns_when")
     problems += [
         f"writes: {w!r} is not a parameter name" for w in boundary.writes if not w.isidentifier()
     ]

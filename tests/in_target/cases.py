@@ -565,6 +565,70 @@ def _fused_moe(f):
         **cases,
         **_fp8_moe(f, experts, top_k, hidden, inter, replay),
         **_routed_moe(f, experts, top_k, hidden, inter, replay),
+        **_cutlass_moe(f, experts, top_k, hidden, inter),
+    }
+
+
+def _cutlass_moe(f, experts, top_k, hidden, inter):
+    """cutlass_fused_moe where fi-patch gives it an op (0.7.0 on), bfloat16 unquantized, the
+    routing given as experts and their scales: as SGLang calls it (by keyword, into an output of
+    its own, tune_max_num_tokens the next power of two of the token count, the first of the four
+    it returns: the other three are unwritten buffers) over a dynamic token count; positionally
+    with FlashInfer's defaults; with workspace_buffer."""
+    fused = f.fused_moe.cutlass_fused_moe
+    if "cutlass_fused_moe" not in f.utils._fi_patch_boundaries:
+        return {}
+
+    def problem(tokens=6, seed=0):
+        generator = torch.Generator().manual_seed(seed)
+        return [
+            _random(tokens, hidden, seed=seed),
+            torch.randint(0, experts, (tokens, top_k), generator=generator, dtype=torch.int32),
+            torch.rand(tokens, top_k, generator=generator),
+            _random(experts, 2 * inter, hidden, seed=2) * 0.1,
+            _random(experts, hidden, inter, seed=3) * 0.1,
+            torch.zeros(tokens, hidden, dtype=torch.bfloat16),
+        ]
+
+    def as_sglang(x, ids, scales, fc1, fc2, output):
+        return fused(
+            output=output,
+            input=x,
+            token_selected_experts=ids,
+            token_final_scales=scales,
+            fc1_expert_weights=fc1,
+            fc2_expert_weights=fc2,
+            output_dtype=torch.bfloat16,
+            quant_scales=[],
+            tp_size=1,
+            tp_rank=0,
+            ep_size=1,
+            ep_rank=0,
+            tune_max_num_tokens=f.utils.next_positive_power_of_2(x.shape[0]),
+        )[0]
+
+    def positional(x, ids, scales, fc1, fc2, *workspace):
+        named = {"workspace_buffer": workspace[0]} if workspace else {}
+        return fused(x, ids, scales, fc1, fc2, torch.bfloat16, [], **named)[0] * 2
+
+    return {
+        "cutlass_fused_moe as SGLang calls it, a dynamic token count": Case(
+            as_sglang,
+            problem,
+            ("fi_patch.cutlass_fused_moe_out",),
+            written=(5,),
+            mark_dynamic=((0, 0), (1, 0), (2, 0), (5, 0)),
+            again=(lambda: problem(11, seed=7), lambda: problem(3, seed=9)),
+        ),
+        "cutlass_fused_moe positionally": Case(
+            positional, lambda: problem()[:5], ("fi_patch.cutlass_fused_moe",)
+        ),
+        "cutlass_fused_moe with workspace_buffer": Case(
+            positional,
+            lambda: [*problem()[:5], torch.zeros(4096, dtype=torch.uint8)],
+            ("fi_patch.cutlass_fused_moe_writes",),
+            written=(5,),
+        ),
     }
 
 

@@ -27,6 +27,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 BACKENDS = ("aot_eager", "inductor")
 FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+UNWRITTEN = ("fi_patch.cutlass_fused_moe",)
+"""The ops (and their _out and _writes forms) that return tensors the kernel module allocates and
+leaves unwritten, as FlashInfer's function returns them (cutlass_fused_moe's three min-latency
+buffers): two runs give two sets of bytes, so opcheck's runs under AOTAutograd, which compare
+outputs, are not run for them; the cases compare the output they write."""
 
 
 def fresh(inputs):
@@ -185,13 +190,17 @@ class Recorder(TorchDispatchMode):
         for name, (func, args, kwargs) in self.calls.items():
             every = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
             eight = any(a.dtype in FLOAT8 for a in every)
-            tests = [t for t in torch.library._OPCHECK_DEFAULT_UTILS if t != "test_schema"]
+            unwritten = name.startswith(UNWRITTEN)
+            left = ["test_schema"] if eight else []
+            left += ["test_aot_dispatch_static", "test_aot_dispatch_dynamic"] if unwritten else []
+            tests = [t for t in torch.library._OPCHECK_DEFAULT_UTILS if t not in left]
             try:
                 with kernels.still():
                     torch.library.opcheck(
-                        func, args, kwargs, **({"test_utils": tests} if eight else {})
+                        func, args, kwargs, **({"test_utils": tests} if left else {})
                     )
-                found[name] = "ok (test_schema not run: float8 arguments)" if eight else "ok"
+                why = "float8 arguments" if eight else "outputs the kernel module leaves unwritten"
+                found[name] = "ok ({} not run: {})".format(", ".join(left), why) if left else "ok"
             except Exception as exc:
                 lines = str(exc).strip().splitlines()
                 found[name] = "{}: {}".format(type(exc).__name__, lines[0] if lines else "")

@@ -18,6 +18,7 @@ quantising norms divide by the scale and saturate to float8_e4m3fn's range.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import sys
@@ -310,6 +311,47 @@ def _trtllm_moe(kind):
         return []
 
     return kernel
+
+
+class _CutlassMoe:
+    """What the CUTLASS MoE module's init() gives (cutlass_fused_moe's MoERunner keeps it): a
+    runner whose run_moe writes the output, bfloat16 unquantized (the only kind the compiled cases
+    call), from its first eight arguments, the same in every release: output, input,
+    token_selected_experts, token_final_scales, fc1_expert_weights and biases, fc2_expert_weights
+    and biases. Per token the sum, weighted by token_final_scales, of each chosen expert's
+    fc2 @ (silu(gate) * up) with fc1 @ x = (gate, up)."""
+
+    @torch.no_grad()
+    def run_moe(self, output, x, experts, scales, fc1, fc1_bias, fc2, fc2_bias, *rest):
+        x = x.float()
+        total = torch.zeros(output.shape, dtype=torch.float32)
+        for k in range(experts.shape[1]):
+            chosen = experts[:, k].long()
+            h = torch.einsum("th,tnh->tn", x, fc1[chosen].float())
+            gate, up = h.chunk(2, -1)
+            y = torch.einsum("ti,thi->th", torch.nn.functional.silu(gate) * up, fc2[chosen].float())
+            total += scales[:, k : k + 1].float() * y
+        output.copy_(total.to(output.dtype))
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise LookupError(f"no CPU stand-in for the CUTLASS MoE runner's {name}")
+
+
+def _cutlass_moe_init(*args, **kwargs):
+    return _CutlassMoe()
+
+
+_CUDA_DEVICE = torch.cuda.device
+
+
+def _device(device):
+    """torch.cuda.device, a context that does nothing for a CPU device: cutlass_fused_moe (0.6.16
+    on) enters its input's device, which on a CPU host raises."""
+    if isinstance(device, (torch.device, str)) and torch.device(device).type == "cpu":
+        return contextlib.nullcontext()
+    return _CUDA_DEVICE(device)
 
 
 # --- cascade, paging, packbits ------------------------------------------------------------------
@@ -607,6 +649,9 @@ KERNELS = {
     "trtllm_fp8_per_tensor_scale_routed_moe": _trtllm_moe("trtllm_fp8_per_tensor_scale_routed_moe"),
     "trtllm_fp8_per_channel_scale_moe": _trtllm_moe("trtllm_fp8_per_channel_scale_moe"),
     "trtllm_mxint4_block_scale_moe": _trtllm_moe("trtllm_mxint4_block_scale_moe"),
+    # The CUTLASS MoE module: a runner, and where to find DeepGEMM's headers.
+    "init": _cutlass_moe_init,
+    "set_deepgemm_jit_include_dirs": lambda dirs: None,
     "merge_state": _merge_state,
     "merge_state_in_place": _merge_state_in_place,
     "merge_states": _merge_states,
@@ -722,6 +767,7 @@ REPLACED = {
 
 def install():
     """Stand in the JIT modules of every FlashInfer module loaded, and the device questions."""
+    torch.cuda.device = _device
     for name, module in list(sys.modules.items()):
         if not name.startswith("flashinfer") or module is None:
             continue

@@ -72,6 +72,7 @@ TRTLLM_FP8_BLOCK_ROUTED = "op-trtllm-fp8-block-scale-routed-moe"
 TRTLLM_FP8_CHANNEL_ROUTED = "op-trtllm-fp8-per-channel-scale-routed-moe"
 TRTLLM_FP8_TENSOR_ROUTED = "op-trtllm-fp8-per-tensor-scale-routed-moe"
 TRTLLM_MXINT4_ROUTED = "op-trtllm-mxint4-block-scale-routed-moe"
+CUTLASS_MOE = "op-cutlass-fused-moe"
 ROUTED = (
     TRTLLM_BF16_ROUTED,
     TRTLLM_FP4_ROUTED,
@@ -107,6 +108,7 @@ BOUNDARIES = (
     INTERLEAVE,
     BMM_FP8,
     CONCAT,
+    CUTLASS_MOE,
     TOPK_DEEPSEEK,
     GELU,
     GELU_TANH,
@@ -131,7 +133,8 @@ BOUNDARIES = (
 in flashinfer/gemm/gemm_base.py, QUANTIZERS, in flashinfer/sampling.py the samplers (MIN_P,
 TOP_K, TOP_K_TOP_P, TOP_P, from 0.6.7) and the renorm samplers (MASK, TOP_K_RENORM,
 TOP_P_RENORM, from 0.6.0), concat_mla_k (CONCAT) in CONCAT_OPS and fused_topk_deepseek
-(TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, and MOE in MOE_CORE, from 0.6.8."""
+(TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, MOE in MOE_CORE, from 0.6.8, and cutlass_fused_moe
+(CUTLASS_MOE) in MOE_CORE, from 0.7.0."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
@@ -455,6 +458,7 @@ OWN_FILES = {
     TRTLLM_FP8_TENSOR: MOE_CORE,
     TRTLLM_MXINT4: MOE_CORE,
     **dict.fromkeys(ROUTED, MOE_CORE),
+    CUTLASS_MOE: MOE_CORE,
 }
 OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     CONCAT: {
@@ -633,6 +637,15 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
             "0.7.1": "0.7.0",
             "0.7.1rc1": "0.7.0",
             "0.7.2rc6": "0.7.0",
+            "0.7.4": "0.7.4",
+        }
+    ),
+    CUTLASS_MOE: _in_moe_core(
+        {
+            "0.7.0": "0.7.0",
+            "0.7.1": "0.7.1",
+            "0.7.1rc1": "0.7.1",
+            "0.7.2rc6": "0.7.2",
             "0.7.4": "0.7.4",
         }
     ),

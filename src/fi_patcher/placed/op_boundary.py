@@ -43,9 +43,11 @@ _fi_patch_boundaries: "Dict[str, _FiPatchBoundary]" = {}
 # routing_replay_out and workspace_buffer) its ops declare written; an entry point that returns
 # nothing (`returns` 0) is an op that returns nothing, and one that returns its output and writes
 # optional parameters has the op NAME_writes for a call that passes one of them. An entry point
-# that returns its one output in a list (`listed`: trtllm_fp4_block_scale_moe,
-# trtllm_mxint4_block_scale_moe) has an op that returns the tensor, and its routing function gives
-# the list back.
+# that returns its outputs in a list (`listed`: trtllm_fp4_block_scale_moe,
+# trtllm_mxint4_block_scale_moe, one; cutlass_fused_moe, four) has an op that returns the tensors,
+# and its routing function gives the list back; where it returns more than one and one of them is
+# its out parameter (cutlass_fused_moe's output, first), its out op writes that and returns the
+# others.
 class _FiPatchBoundary(object):
     def __init__(self, name: "str", fn: "Any") -> "None":
         self.name = name
@@ -69,6 +71,7 @@ class _FiPatchBoundary(object):
         self.uncapturable: "Dict[str, str]" = {}
         self.writes: "Tuple[str, ...]" = ()
         self.listed = False
+        self.returns = 1
 
 
 # A parameter the caller must pass: it has no default.
@@ -105,6 +108,7 @@ def _fi_patch_boundary(
     entry.flag = returns_when
     entry.writes = tuple(writes)
     entry.listed = listed
+    entry.returns = returns
     entry.only = dict(only or {})
     entry.uncapturable = dict(uncapturable or {})
     _fi_patch_boundaries[name] = entry
@@ -296,7 +300,9 @@ def _fi_patch_make_ops(
 
     def run(*values: "Any") -> "Any":
         returned = fn(**_fi_patch_arguments(entry, passed, values))
-        return returned[0] if entry.listed else returned
+        if entry.listed:
+            return returned[0] if returns == 1 else tuple(returned)
+        return returned
 
     def faked(*values: "Any") -> "Any":
         return fake(_fi_patch_joined(entry, passed, values), rule, check)
@@ -315,12 +321,20 @@ def _fi_patch_make_ops(
     if entry.uncapturable:
         made.append(("_uncapturable", run, (), True))
     if out:
+        # A listed entry point of several outputs gives the others back beside its out.
+        rest = returns - 1 if entry.listed and returns > 1 else 0
 
-        def run_out(*values: "Any") -> "None":
-            fn(**_fi_patch_arguments(entry, passed, values))
+        def run_out(*values: "Any") -> "Any":
+            returned = fn(**_fi_patch_arguments(entry, passed, values))
+            if rest:
+                return returned[1] if rest == 1 else tuple(returned[1:])
+            return None
 
         written = [p.replace(annotation=torch.Tensor) if p.name == out else p for p in typed]
-        run_out.__signature__ = inspect.Signature(written, return_annotation=None)  # type: ignore[attr-defined]
+        others: "Any" = None
+        if rest:
+            others = torch.Tensor if rest == 1 else typing.Tuple[(torch.Tensor,) * rest]
+        run_out.__signature__ = inspect.Signature(written, return_annotation=others)  # type: ignore[attr-defined]
         made.append(("_out", run_out, (out, *entry.writes), False))
     for suffix, body, mutates, uncapturable in made:
         op = torch.library.custom_op(
@@ -446,7 +460,7 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
     writes_op = getattr(torch.ops.fi_patch, name + "_writes", None)
     written = [names.index(w) for w in entry.writes]
     unsafe = [(names.index(k), v) for k, v in entry.uncapturable.items()]
-    listed = entry.listed
+    listed, several = entry.listed, entry.listed and entry.returns > 1
 
     def traced(*args: "Any", **kwargs: "Any") -> "Any":
         values = _fi_patch_boundary_bind(called, names, defaults, positional, args, kwargs)
@@ -475,7 +489,9 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
             elif index not in kept and index != flag:
                 passed.append(value)
         if out_op is not None and passed[at] is not None:
-            out_op(*passed)
+            others = out_op(*passed)
+            if several:
+                return [passed[at], *(others if isinstance(others, tuple) else (others,))]
             return [passed[at]] if listed else passed[at]
         uncapturable = any(
             (values[i] is None) if v == "none" else bool(values[i]) for i, v in unsafe
@@ -487,7 +503,7 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
             chosen = writes_op
         result = chosen(*passed)
         if listed:
-            return [result]
+            return list(result) if several else [result]
         return result[0] if flag >= 0 and not values[flag] else result
 
     entry.traced = traced
@@ -1102,6 +1118,73 @@ def _fi_patch_fake_trtllm_moe(values: "Dict[str, Any]", rule: "str", check: "Any
     return None
 
 
+# cutlass_fused_moe (flashinfer/fused_moe/core.py): the kernel module's op returns a list of four,
+# as it allocates them: output (num_tokens, fc2_expert_weights.shape[1]) of output_dtype on the
+# input's device, or the given one, which the function checks first (FlashInfer's
+# check_shape_dtype_device, named as the patch's check: ValueError); then, unwritten outside the
+# min-latency mode, int32 (1,), float32 (experts, num_tokens) and int32 (experts,), experts
+# fc2_expert_weights.shape[0]. For a given output the fake gives those three, which its out op
+# returns beside it. min_latency_mode raises NotImplementedError in every release. The rule is
+# how the release checks its activation: "plain" (0.7.0 - 0.7.2.post1: nothing before the device)
+# or "clamped" (0.7.4: ClampedRelu2's limit, ValueError, and the kinds it takes,
+# NotImplementedError; a limit without it, ValueError). What the device decides (the
+# architecture's build, FP8 block scales and the Humming path on SM90 alone, ClampedRelu2 on
+# SM10x), the autotuner and the kernel's own checks run in the op.
+def _fi_patch_fake_cutlass_moe(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    source, fc2 = values["input"], values["fc2_expert_weights"]
+    if rule == "clamped":
+        _fi_patch_clamped_relu2(values, check)
+    if values.get("min_latency_mode"):
+        raise NotImplementedError("min latency mode not yet implemented for Blackwell.")
+    tokens, experts, dtype = source.shape[0], fc2.shape[0], values["output_dtype"]
+    shape = (tokens, fc2.shape[1])
+    output = values.get("output")
+    if output is not None:
+        check(output, shape, dtype, source.device, "output")
+    others = (
+        source.new_empty((1,), dtype=torch.int32),
+        source.new_empty((experts, tokens), dtype=torch.float32),
+        source.new_empty((experts,), dtype=torch.int32),
+    )
+    if output is None:
+        return (source.new_empty(shape, dtype=dtype), *others)
+    return others
+
+
+# 0.7.4's checks of ClampedRelu2 (ActivationType.ClampedRelu2), those the device does not decide.
+def _fi_patch_clamped_relu2(values: "Dict[str, Any]", check: "Any") -> "None":
+    import importlib
+
+    ActivationType = importlib.import_module("flashinfer.tllm_enums").ActivationType
+    source, limit = values["input"], values.get("clamped_relu2_limit")
+    if int(values["activation_type"]) != int(ActivationType.ClampedRelu2):
+        if limit is not None:
+            raise ValueError(
+                "clamped_relu2_limit is supported only with ActivationType.ClampedRelu2"
+            )
+        return
+    if limit is None:
+        raise ValueError(
+            "ActivationType.ClampedRelu2 requires a one-element clamped_relu2_limit tensor"
+        )
+    if limit.ndim != 1 or limit.numel() != 1:
+        raise ValueError(
+            "ActivationType.ClampedRelu2 requires model-wide clamped_relu2_limit with shape (1,), "
+            "got %s" % (tuple(limit.shape),)
+        )
+    check(limit, (1,), torch.float32, source.device, "ClampedRelu2 clamped_relu2_limit")
+    if any(values.get(k) is not None for k in ("swiglu_alpha", "swiglu_beta", "swiglu_limit")):
+        raise ValueError("ActivationType.ClampedRelu2 does not accept SwiGLU activation parameters")
+    if values.get("situ_beta") is not None or values.get("situ_linear_beta") is not None:
+        raise ValueError("ActivationType.ClampedRelu2 does not accept SiTU activation parameters")
+    # Below SM10x the op refuses it for the device, with the same exception as these.
+    bf16 = source.dtype == torch.bfloat16 and values["fc1_expert_weights"].dtype == torch.bfloat16
+    if not (values.get("use_mxfp8_act_scaling") or bf16):
+        raise NotImplementedError("ClampedRelu2 supports only BF16xBF16 or MXFP8xMXFP8 MoE")
+    if values.get("fc1_expert_biases") is not None or values.get("min_latency_mode"):
+        raise NotImplementedError("ClampedRelu2 does not support FC1 bias or min-latency mode")
+
+
 # The activations FP8 with per-channel scales takes, by rule.
 _fi_patch_moe_activations = {
     "per-channel": (torch.bfloat16, torch.float16, torch.float8_e4m3fn),
@@ -1128,6 +1211,7 @@ _fi_patch_boundary_rules = {
     "concat_mla_k": ("default", "backends"),
     "fused_topk_deepseek": ("checked",),
     "trtllm_moe": ("exact", "narrow", "unchecked", "per-channel", "per-channel-fp8"),
+    "cutlass_moe": ("plain", "clamped"),
 }
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
@@ -1146,4 +1230,5 @@ _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "concat_mla_k": _fi_patch_fake_concat_mla_k,
     "fused_topk_deepseek": _fi_patch_fake_fused_topk_deepseek,
     "trtllm_moe": _fi_patch_fake_trtllm_moe,
+    "cutlass_moe": _fi_patch_fake_cutlass_moe,
 }

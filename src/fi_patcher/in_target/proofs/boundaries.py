@@ -43,6 +43,8 @@ def forms(torch, f, name):
         return _fused_topk_deepseek(torch, f)
     if name in MOE:
         return _trtllm_moe(torch, f, name)
+    if name == "cutlass_fused_moe":
+        return _cutlass_fused_moe(torch, f)
     return None, None
 
 
@@ -550,6 +552,132 @@ def _trtllm_moe(torch, f, name):
     return calls, refused
 
 
+def _cutlass_fused_moe(torch, f):
+    """cutlass_fused_moe (flashinfer.fused_moe's) on meta tensors, bfloat16 unquantized: 8
+    experts, top 2, a hidden size of 256, an intermediate size of 128, the routing as
+    token_selected_experts (int32) and token_final_scales (float32). Called by keyword;
+    positionally with FlashInfer's defaults; over a dynamic token count; into its own output as
+    SGLang calls it (tune_max_num_tokens the next power of two of the token count, the list's
+    first taken); with an ActivationType; with workspace_buffer. Refused: an output of too few
+    rows, the min-latency mode; from 0.7.2 a clamped_relu2_limit without ClampedRelu2, and
+    ClampedRelu2 without its limit."""
+    import inspect
+
+    import flashinfer.fused_moe.core as core
+
+    def fused(*args, **kwargs):
+        # Looked up at each call, as a caller's `flashinfer.fused_moe.cutlass_fused_moe(...)` is.
+        return f.fused_moe.cutlass_fused_moe(*args, **kwargs)
+
+    parameters = inspect.signature(f.fused_moe.cutlass_fused_moe).parameters
+    experts, top_k, hidden, inter = 8, 2, 256, 128
+
+    def problem(tokens):
+        return (
+            _meta(torch, tokens, hidden),
+            _meta(torch, tokens, top_k, dtype=torch.int32),
+            _meta(torch, tokens, top_k, dtype=torch.float32),
+            _meta(torch, experts, 2 * inter, hidden),
+            _meta(torch, experts, hidden, inter),
+        )
+
+    def named(arguments, **more):
+        x, ids, scales, fc1, fc2 = arguments[:5]
+        return dict(
+            input=x,
+            token_selected_experts=ids,
+            token_final_scales=scales,
+            fc1_expert_weights=fc1,
+            fc2_expert_weights=fc2,
+            output_dtype=torch.bfloat16,
+            quant_scales=[],
+            **more,
+        )
+
+    def by_keyword(*arguments):
+        return fused(**named(arguments))
+
+    def positional(*arguments):
+        return fused(*arguments, torch.bfloat16, [])
+
+    def into(*arguments):
+        *arguments, output = arguments
+        tokens = f.utils.next_positive_power_of_2(arguments[0].shape[0])
+        return fused(**named(arguments, output=output, tune_max_num_tokens=tokens))[0]
+
+    def sized(*arguments):
+        # The output allocated from the input's token count, as SGLang allocates it: the two
+        # counts are one symbol over a dynamic token count.
+        return into(*arguments, arguments[0].new_empty((arguments[0].shape[0], hidden)))
+
+    def activated(*arguments):
+        return fused(**named(arguments, activation_type=core.ActivationType.Swiglu))
+
+    def carved(*arguments):
+        *arguments, workspace = arguments
+        return fused(**named(arguments, workspace_buffer=workspace))
+
+    def output(tokens):
+        return (*problem(tokens), _meta(torch, tokens, hidden))
+
+    calls = [
+        ("by keyword", by_keyword, problem(16), None),
+        ("positional, FlashInfer's defaults", positional, problem(16), None),
+        ("a dynamic token count", by_keyword, problem(40), 0),
+        ("out: output=, as SGLang calls it", into, output(16), None),
+        ("out: output=, a dynamic token count", sized, problem(40), 0),
+        ("an ActivationType", activated, problem(16), None),
+        (
+            "writes: workspace_buffer",
+            carved,
+            (*problem(16), _meta(torch, 1 << 20, dtype=torch.uint8)),
+            None,
+        ),
+    ]
+
+    def latency(*arguments):
+        return fused(**named(arguments, min_latency_mode=True))
+
+    refused = [
+        ("an output of too few rows", into, (*problem(16), output(8)[-1])),
+        ("the min-latency mode", latency, problem(16)),
+    ]
+    if "clamped_relu2_limit" in parameters:
+        clamped = core.ActivationType.ClampedRelu2
+
+        def limited(*arguments):
+            *arguments, limit = arguments
+            return fused(**named(arguments, clamped_relu2_limit=limit))
+
+        def unlimited(*arguments):
+            return fused(**named(arguments, activation_type=clamped))
+
+        limit = _meta(torch, 1, dtype=torch.float32)
+        refused.append(
+            ("a clamped_relu2_limit without ClampedRelu2", limited, (*problem(16), limit))
+        )
+        refused.append(("ClampedRelu2 without its limit", unlimited, problem(16)))
+    return calls, refused
+
+
+class _Hostless(object):
+    """torch as the entry point's module sees it on a host without a driver: torch.cuda.device(d),
+    which cutlass_fused_moe enters around its kernel module's call, a context that does nothing
+    (on a meta or CPU device torch raises); everything else torch's own."""
+
+    def __init__(self, module, cuda=False):
+        self._module = module
+        self._cuda = cuda
+
+    def __getattr__(self, name):
+        value = getattr(self._module, name)
+        if self._cuda and name == "device":
+            import contextlib
+
+            return lambda *args, **kwargs: contextlib.nullcontext()
+        return _Hostless(value, cuda=True) if name == "cuda" and not self._cuda else value
+
+
 def _moe_inputs(torch, name, experts, hidden, inter):
     """Each trtllm MoE's tensors after the routing logits, (parameter, shape by token count,
     dtype), in the kernels' layouts, and the parameters it is given one value of."""
@@ -834,6 +962,13 @@ def stand_ins(torch, name):
             "setup_cubin_loader": lambda *args, **kwargs: None,
             "get_compute_capability": lambda device: (10, 0),
         }
+    if name == "cutlass_fused_moe":
+        # Its getter builds the architecture's kernels; MoERunner asks them for a runner.
+        return {
+            "get_cutlass_fused_moe_module": RUNNERS,
+            "get_compute_capability": lambda device: (10, 0),
+            "torch": _Hostless(torch),
+        }
     if name not in ("mm_fp4", "bmm_fp8", "mm_fp8"):
         return {}
 
@@ -852,6 +987,7 @@ def stand_ins(torch, name):
 
 
 BUILT = object()
+RUNNERS = object()
 
 
 def _trtllm_moe_module():
@@ -869,15 +1005,15 @@ def _trtllm_moe_module():
     return module
 
 
-def built(getter):
+def built(getter, stub=None):
     """The module getter, uncached, with every gen_*_module of its module answering a JIT spec
-    whose build_and_load() gives a Stub: the getter's own functions run, and the kernels they
-    call do nothing."""
+    whose build_and_load() gives a Stub (or `stub`): the getter's own functions run, and the
+    kernels they call do nothing."""
     inner = getattr(getter, "__wrapped__", getter)
 
     class Spec(object):
         def build_and_load(self):
-            return Stub()
+            return stub() if stub is not None else Stub()
 
         # 0.7's trtllm MoE getter asks where its libraries are.
         def get_library_path(self):
@@ -919,6 +1055,16 @@ class Stub(object):
             return None
 
         return kernel
+
+
+class Runners(Stub):
+    """A Stub whose init() gives a runner whose every kernel does nothing (the CUTLASS MoE's
+    MoERunner keeps what init gives, and runs its kernels)."""
+
+    def __getattr__(self, name):
+        if name == "init":
+            return lambda *args, **kwargs: Stub()
+        return Stub.__getattr__(self, name)
 
 
 def prove(ctx):
@@ -1116,7 +1262,12 @@ def _run(fn, arguments, entry_point, standing):
         for key, value in list(space.items()):
             if key in standing:
                 saved.append((space, key, value))
-                space[key] = built(value) if standing[key] is BUILT else standing[key]
+                if standing[key] is BUILT:
+                    space[key] = built(value)
+                elif standing[key] is RUNNERS:
+                    space[key] = built(value, Runners)
+                else:
+                    space[key] = standing[key]
             elif key.startswith("get_") and "module" in key and callable(value):
                 saved.append((space, key, value))
                 space[key] = lambda *a, **k: Stub()
