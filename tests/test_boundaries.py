@@ -143,13 +143,13 @@ ROUTED_UNPAIRED = (
     "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
     "out: output=, as SGLang calls it, out: output=, a dynamic token count"
 )
-CUTLASS_REFUSED = "an output of too few rows, the min-latency mode"
+CUTLASS_REFUSED = "an output of too few rows, the min-latency mode, profile_ids of one tactic"
 PROVEN = {
     # cutlass_fused_moe (0.7.0 on); ClampedRelu2's checks from 0.7.2 (BEFORE).
     "cutlass_fused_moe": (
         "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
         "out: output=, as SGLang calls it, out: output=, a dynamic token count, "
-        "an ActivationType, writes: workspace_buffer",
+        "out: output=, the list of four, an ActivationType, writes: workspace_buffer",
         CUTLASS_REFUSED + ", a clamped_relu2_limit without ClampedRelu2, "
         "ClampedRelu2 without its limit",
     ),

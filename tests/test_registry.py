@@ -4,12 +4,14 @@ final release of FlashInfer known to every patch."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from importlib import resources
 
 import pytest
 from packaging.version import Version
 
 from fi_patcher.errors import UsageError
+from fi_patcher.identify import identify, looked_into, read
 from fi_patcher.model import Case, Verdict
 from fi_patcher.registry import (
     RegistryError,
@@ -21,7 +23,8 @@ from fi_patcher.registry import (
     span,
 )
 from tests.support.catalog import found_in, newest_named
-from tests.support.expected import PATCHES, target_of
+from tests.support.expected import PATCHES, files_of, target_of
+from tests.support.expected import expected as written
 from tests.support.hashes import function_hashes
 from tests.support.releases import (
     BOUNDARIES,
@@ -83,6 +86,23 @@ def test_the_version_cross_check(
     assert by_version.verdict is verdict
     assert (by_version.shape.name if by_version.shape else None) == shape
     assert reason in by_version.reason
+
+
+@pytest.mark.parametrize("version", ["0.2.14.post1", "0.6.8", "0.7.0", "0.7.4"])
+def test_what_check_keeps_of_a_patched_file_finds_what_the_whole_file_holds(version: str) -> None:
+    """The same, in the files as fi-patch writes them (every patch the registry applies there):
+    what each patch places after its function is still read (an op boundary that follows it
+    already)."""
+    patches = load_patches()
+    keep = looked_into(patches)
+    fits = []
+    for relpath in files_of(version):
+        data = written(version, relpath).encode()
+        pruned, whole = read(relpath, data, keep[relpath]), read(relpath, data)
+        for patch in (replace(p, target=relpath) for p in patches if relpath in p.targets):
+            fits.append(identify(patch, pruned, version))
+            assert fits[-1] == identify(patch, whole, version), patch.id
+    assert any("op boundary follows it already" in f.reason for f in fits)
 
 
 HASHED = [(v, p) for v, r in RELEASES.items() for p in r.shapes]

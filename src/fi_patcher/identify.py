@@ -34,6 +34,8 @@ class Reading:
     text: str | None
     """None: the file is absent, or not UTF-8."""
     tree: ast.Module | None
+    """Parsed; read with `keep` (check's reading), the bodies of the top-level functions and
+    classes no patch reads are empty."""
     problem: str = ""
     """Why there is no text or no tree."""
 
@@ -73,9 +75,11 @@ def looked_into(patches: Iterable[Patch]) -> dict[str, frozenset[str]]:
 def _prune(tree: ast.Module, keep: Collection[str]) -> None:
     """Empty the bodies of the top-level functions and classes not in `keep`: the trees of every
     file stay alive while each patch looks at its own, and FlashInfer's largest files
-    (fused_moe/core.py: 8,000 lines) are mostly bodies no patch reads. Their names, lines,
-    decorators and the statements between them stay: what `where`, `identify` and
-    `recognise_in` read (top-level names, imports, what follows a function)."""
+    (gemm/gemm_base.py, fused_moe/core.py: 13,000 and 8,000 lines) are mostly bodies no patch
+    reads. Their names, lines, decorators and the statements between them stay: what `where`,
+    `identify` and `recognise_in` read (top-level names, imports, what follows a function). This
+    holds while what a patch places after its function is no `def` or `class` (`_bounded` reads
+    the two statements there): the test of this pruning reads patched files too."""
     for node in tree.body:
         if (
             isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))

@@ -574,7 +574,8 @@ def _cutlass_moe(f, experts, top_k, hidden, inter):
     routing given as experts and their scales: as SGLang calls it (by keyword, into an output of
     its own, tune_max_num_tokens the next power of two of the token count, the first of the four
     it returns: the other three are unwritten buffers) over a dynamic token count; positionally
-    with FlashInfer's defaults; with workspace_buffer."""
+    with FlashInfer's defaults; with ActivationType.Geglu (the kernel stand-in follows it); with
+    workspace_buffer (which the kernel stand-in writes)."""
     fused = f.fused_moe.cutlass_fused_moe
     if "cutlass_fused_moe" not in f.utils._fi_patch_boundaries:
         return {}
@@ -611,6 +612,10 @@ def _cutlass_moe(f, experts, top_k, hidden, inter):
         named = {"workspace_buffer": workspace[0]} if workspace else {}
         return fused(x, ids, scales, fc1, fc2, torch.bfloat16, [], **named)[0] * 2
 
+    def geglu(x, ids, scales, fc1, fc2):
+        activation = f.fused_moe.core.ActivationType.Geglu
+        return fused(x, ids, scales, fc1, fc2, torch.bfloat16, [], activation_type=activation)[0]
+
     return {
         "cutlass_fused_moe as SGLang calls it, a dynamic token count": Case(
             as_sglang,
@@ -622,6 +627,9 @@ def _cutlass_moe(f, experts, top_k, hidden, inter):
         ),
         "cutlass_fused_moe positionally": Case(
             positional, lambda: problem()[:5], ("fi_patch.cutlass_fused_moe",)
+        ),
+        "cutlass_fused_moe with ActivationType.Geglu": Case(
+            geglu, lambda: problem()[:5], ("fi_patch.cutlass_fused_moe",)
         ),
         "cutlass_fused_moe with workspace_buffer": Case(
             positional,

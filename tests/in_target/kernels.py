@@ -319,24 +319,39 @@ class _CutlassMoe:
     call), from its first eight arguments, the same in every release: output, input,
     token_selected_experts, token_final_scales, fc1_expert_weights and biases, fc2_expert_weights
     and biases. Per token the sum, weighted by token_final_scales, of each chosen expert's
-    fc2 @ (silu(gate) * up) with fc1 @ x = (gate, up)."""
+    fc2 @ (act(gate) * up) with fc1 @ x = (gate, up), act silu (Swiglu) or gelu (Geglu): the
+    activation_type after the tactics (the last list it is given, then enable_pdl), and after it
+    workspace_buffer, whose first bytes it writes (the token count, counting up)."""
 
     @torch.no_grad()
     def run_moe(self, output, x, experts, scales, fc1, fc1_bias, fc2, fc2_bias, *rest):
+        tactics = max(i for i, value in enumerate(rest) if isinstance(value, list))
+        activation, workspace = int(rest[tactics + 2]), rest[tactics + 3]
+        act = _CUTLASS_ACTIVATIONS.get(activation)
+        if act is None:
+            raise LookupError(f"no CPU stand-in for the CUTLASS MoE's activation {activation}")
         x = x.float()
         total = torch.zeros(output.shape, dtype=torch.float32)
         for k in range(experts.shape[1]):
             chosen = experts[:, k].long()
             h = torch.einsum("th,tnh->tn", x, fc1[chosen].float())
             gate, up = h.chunk(2, -1)
-            y = torch.einsum("ti,thi->th", torch.nn.functional.silu(gate) * up, fc2[chosen].float())
+            y = torch.einsum("ti,thi->th", act(gate) * up, fc2[chosen].float())
             total += scales[:, k : k + 1].float() * y
         output.copy_(total.to(output.dtype))
+        if workspace is not None:
+            count = torch.arange(8, dtype=torch.uint8) + x.shape[0]
+            workspace[:8].copy_(count)
 
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
         raise LookupError(f"no CPU stand-in for the CUTLASS MoE runner's {name}")
+
+
+_CUTLASS_ACTIVATIONS = {3: torch.nn.functional.silu, 4: torch.nn.functional.gelu}
+"""ActivationType.Swiglu and ActivationType.Geglu (flashinfer/tllm_enums.py): the gate's
+activation."""
 
 
 def _cutlass_moe_init(*args, **kwargs):

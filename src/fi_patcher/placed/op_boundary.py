@@ -1124,9 +1124,10 @@ def _fi_patch_fake_trtllm_moe(values: "Dict[str, Any]", rule: "str", check: "Any
 # check_shape_dtype_device, named as the patch's check: ValueError); then, unwritten outside the
 # min-latency mode, int32 (1,), float32 (experts, num_tokens) and int32 (experts,), experts
 # fc2_expert_weights.shape[0]. For a given output the fake gives those three, which its out op
-# returns beside it. min_latency_mode raises NotImplementedError in every release. The rule is
-# how the release checks its activation: "plain" (0.7.0 - 0.7.2.post1: nothing before the device)
-# or "clamped" (0.7.4: ClampedRelu2's limit, ValueError, and the kinds it takes,
+# returns beside it. min_latency_mode raises NotImplementedError in every release, and
+# profile_ids of other than two tactics ValueError (the kernel module's op, before its kernel).
+# The rule is how the release checks its activation: "plain" (0.7.0 - 0.7.1: nothing before the
+# device) or "clamped" (0.7.2 on: ClampedRelu2's limit, ValueError, and the kinds it takes,
 # NotImplementedError; a limit without it, ValueError). What the device decides (the
 # architecture's build, FP8 block scales and the Humming path on SM90 alone, ClampedRelu2 on
 # SM10x), the autotuner and the kernel's own checks run in the op.
@@ -1141,6 +1142,9 @@ def _fi_patch_fake_cutlass_moe(values: "Dict[str, Any]", rule: "str", check: "An
     output = values.get("output")
     if output is not None:
         check(output, shape, dtype, source.device, "output")
+    profiles = values.get("profile_ids")
+    if profiles is not None and len(profiles) != 2:
+        raise ValueError("profile_ids must contain [gemm1_profile, gemm2_profile]")
     others = (
         source.new_empty((1,), dtype=torch.int32),
         source.new_empty((experts, tokens), dtype=torch.float32),
@@ -1151,7 +1155,8 @@ def _fi_patch_fake_cutlass_moe(values: "Dict[str, Any]", rule: "str", check: "An
     return others
 
 
-# 0.7.4's checks of ClampedRelu2 (ActivationType.ClampedRelu2), those the device does not decide.
+# The checks of ClampedRelu2 (ActivationType.ClampedRelu2) from 0.7.2, those the device does not
+# decide.
 def _fi_patch_clamped_relu2(values: "Dict[str, Any]", check: "Any") -> "None":
     import importlib
 

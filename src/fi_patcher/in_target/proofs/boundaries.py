@@ -558,9 +558,9 @@ def _cutlass_fused_moe(torch, f):
     token_selected_experts (int32) and token_final_scales (float32). Called by keyword;
     positionally with FlashInfer's defaults; over a dynamic token count; into its own output as
     SGLang calls it (tune_max_num_tokens the next power of two of the token count, the list's
-    first taken); with an ActivationType; with workspace_buffer. Refused: an output of too few
-    rows, the min-latency mode; from 0.7.2 a clamped_relu2_limit without ClampedRelu2, and
-    ClampedRelu2 without its limit."""
+    first taken), and the whole list of four; with an ActivationType; with workspace_buffer.
+    Refused: an output of too few rows, the min-latency mode, profile_ids of one tactic; from
+    0.7.2 a clamped_relu2_limit without ClampedRelu2, and ClampedRelu2 without its limit."""
     import inspect
 
     import flashinfer.fused_moe.core as core
@@ -600,10 +600,13 @@ def _cutlass_fused_moe(torch, f):
     def positional(*arguments):
         return fused(*arguments, torch.bfloat16, [])
 
-    def into(*arguments):
+    def listed(*arguments):
         *arguments, output = arguments
         tokens = f.utils.next_positive_power_of_2(arguments[0].shape[0])
-        return fused(**named(arguments, output=output, tune_max_num_tokens=tokens))[0]
+        return fused(**named(arguments, output=output, tune_max_num_tokens=tokens))
+
+    def into(*arguments):
+        return listed(*arguments)[0]
 
     def sized(*arguments):
         # The output allocated from the input's token count, as SGLang allocates it: the two
@@ -626,6 +629,7 @@ def _cutlass_fused_moe(torch, f):
         ("a dynamic token count", by_keyword, problem(40), 0),
         ("out: output=, as SGLang calls it", into, output(16), None),
         ("out: output=, a dynamic token count", sized, problem(40), 0),
+        ("out: output=, the list of four", listed, output(16), None),
         ("an ActivationType", activated, problem(16), None),
         (
             "writes: workspace_buffer",
@@ -638,9 +642,13 @@ def _cutlass_fused_moe(torch, f):
     def latency(*arguments):
         return fused(**named(arguments, min_latency_mode=True))
 
+    def profiled(*arguments):
+        return fused(**named(arguments, profile_ids=[0]))
+
     refused = [
         ("an output of too few rows", into, (*problem(16), output(8)[-1])),
         ("the min-latency mode", latency, problem(16)),
+        ("profile_ids of one tactic", profiled, problem(16)),
     ]
     if "clamped_relu2_limit" in parameters:
         clamped = core.ActivationType.ClampedRelu2
