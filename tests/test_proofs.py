@@ -447,3 +447,37 @@ def test_a_proof_that_fails_before_the_patch_is_its_summary_unless_verbose(
     assert quiet.stdout.splitlines() == [
         f"{venv}: {CUDA} pristine; red before the patch, as expected"
     ]
+
+
+def test_proofs_dealt_among_processes_are_judged_as_in_one(
+    runner: CliRunner, venv_with: MakeVenv
+) -> None:
+    """Twelve patches of 0.7.0 proven in one process, then dealt among three (four each): every
+    patch's report is the same, and the progress names the three processes."""
+    import os
+
+    from fi_patcher import api
+    from fi_patcher.environment import PROBE_TIMEOUT
+    from fi_patcher.registry import choose
+    from fi_patcher.target import open_target
+
+    venv = venv_with("0.7.0")
+    assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
+    ids = [p.id for p in choose(None).patches if p.id.startswith("op-")][:12]
+    target = open_target(venv, None, os.environ, PROBE_TIMEOUT)
+    told: list[str] = []
+
+    def progress(message: str, *, long: bool = False) -> None:
+        told.append(message)
+
+    checked = api.check(target, choose(ids), api.Options())
+    alone = api.verify(target, checked, api.Options(progress=progress)).reports
+    dealt = api.verify(target, checked, api.Options(progress=progress, proof_processes=3)).reports
+    assert sorted(alone) == sorted(ids)
+    assert all(r.passed and r.mode == "after" for r in alone.values()), alone
+    assert dealt == alone
+    python = target.interpreter.python
+    assert told == [
+        f"proving 12 patches in {python} (importing torch and FlashInfer)",
+        f"proving 12 patches in 3 processes of {python} (each importing torch and FlashInfer)",
+    ]

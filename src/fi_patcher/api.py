@@ -13,7 +13,7 @@ from fi_patcher.assess import install_problem
 from fi_patcher.decision import decide
 from fi_patcher.model import PatchSet, State
 from fi_patcher.options import Options, Target, counted
-from fi_patcher.proofs import ProofRequest, prove
+from fi_patcher.proofs import ProofRequest, prove, proven_in
 from fi_patcher.results import ApplyVerdict, Checked, Outcome
 from fi_patcher.target import copies, foreign, inspect, not_installed, open_target
 
@@ -53,8 +53,8 @@ def check(target: Target, chosen: PatchSet, options: Options | None = None) -> C
 
 
 def verify(target: Target, checked: Checked, options: Options) -> Checked:
-    """Run the proofs in one fresh process of the target: after the patch where it is applied,
-    before it elsewhere."""
+    """Run the proofs in fresh processes of the target (`proofs.prove`): after the patch where
+    it is applied, before it elsewhere."""
     requests = [
         ProofRequest(s.patch, "after" if s.state is State.PATCHED else "before", s.file.path)
         for s in checked.assessment.patches
@@ -63,10 +63,13 @@ def verify(target: Target, checked: Checked, options: Options) -> Checked:
         and s.state not in (State.NOT_APPLICABLE, State.LEFT_OUT)
     ]
     if requests:
-        count, python = counted(len(requests), "patch"), target.interpreter.python
-        options.progress(f"proving {count} in {python} (importing torch and FlashInfer)", long=True)
+        where = proven_in(target.interpreter.python, len(requests), options.proof_processes)
+        options.progress(f"proving {counted(len(requests), 'patch')} {where}", long=True)
     return replace(
-        checked, reports=prove(target.interpreter.python, requests, options.verify_timeout)
+        checked,
+        reports=prove(
+            target.interpreter.python, requests, options.verify_timeout, options.proof_processes
+        ),
     )
 
 

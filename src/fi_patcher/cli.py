@@ -22,7 +22,7 @@ from fi_patcher.environment import PROBE_TIMEOUT
 from fi_patcher.errors import ExitCode, FiPatchError, Internal, UsageError, worst
 from fi_patcher.model import PatchSet
 from fi_patcher.options import unproven_force
-from fi_patcher.proofs import VERIFY_TIMEOUT
+from fi_patcher.proofs import VERIFY_TIMEOUT, proof_processes
 from fi_patcher.registry import choose, load_patches
 from fi_patcher.results import Failed
 
@@ -303,9 +303,9 @@ def apply_command(
 
     Before writing: a pre-flight in the target (torch's version; for get_cuda_version, torch's
     CUDA against the nvcc FlashInfer would run), and each patch's proof run on the unpatched
-    code. Each file is then written once, with every patch it holds. After writing: one fresh
-    process of the target runs every proof; a file whose proof fails is put back as it was
-    (exit 13). Idempotent.
+    code. Each file is then written once, with every patch it holds. After writing: fresh
+    processes of the target run every proof (shared among the cores); a file whose proof fails
+    is put back as it was (exit 13). Idempotent.
     """
     as_json = _flags(quiet, verbose, as_json)
     _verbosity.diff, _verbosity.full_diff = show_diff, full_diff
@@ -365,7 +365,7 @@ def check_command(
         bool,
         typer.Option(
             "--verify",
-            help="Also run the proofs in a fresh process of the target (seconds: it imports "
+            help="Also run the proofs in fresh processes of the target (seconds: each imports "
             "torch and FlashInfer). A patched target whose proof fails exits 13.",
         ),
     ] = False,
@@ -391,11 +391,15 @@ def check_command(
     chosen = _choose(patch, as_json)
     toolkit = _toolkit(cuda_home, server_env, as_json)
 
-    def work(target: Target, progress: Progress) -> Result:
+    def work(target: Target, progress: Progress, processes: int) -> Result:
         from fi_patcher import api
 
         options = api.Options(
-            timeout=timeout, verify_timeout=verify_timeout, progress=progress, toolkit=toolkit
+            timeout=timeout,
+            verify_timeout=verify_timeout,
+            progress=progress,
+            toolkit=toolkit,
+            proof_processes=processes,
         )
         checked = api.check(target, chosen, options)
         return api.verify(target, checked, options) if verify else checked
@@ -465,14 +469,14 @@ Spec = tuple[Path | None, Path | None]
 
 def _acting(
     command: Command, chosen: PatchSet, options: Options
-) -> Callable[[Target, Progress], Result]:
+) -> Callable[[Target, Progress, int], Result]:
     """apply or revert on one target, looked up when it runs (tests replace it)."""
 
-    def work(target: Target, progress: Progress) -> Result:
+    def work(target: Target, progress: Progress, processes: int) -> Result:
         from fi_patcher import api
 
         run = api.apply if command == "apply" else api.revert
-        return run(target, chosen, replace(options, progress=progress))
+        return run(target, chosen, replace(options, progress=progress, proof_processes=processes))
 
     return work
 
@@ -483,7 +487,7 @@ def _run_targets(
     venvs: list[Path] | None,
     pythons: list[Path] | None,
     timeout: float,
-    work: Callable[[Target, Progress], Result],
+    work: Callable[[Target, Progress, int], Result],
 ) -> NoReturn:
     """Open every target given, run `work` once on each environment among them (in parallel
     when there are several), then report: each target's result, alone or among several, in one
@@ -501,8 +505,10 @@ def _run_targets(
 
         return opened
 
-    def working(opened: Target | Failed, progress: Progress) -> Callable[[], Result]:
-        return lambda: opened if isinstance(opened, Failed) else work(opened, progress)
+    def working(
+        opened: Target | Failed, progress: Progress, processes: int
+    ) -> Callable[[], Result]:
+        return lambda: opened if isinstance(opened, Failed) else work(opened, progress, processes)
 
     def body(out: Console) -> int:
         from fi_patcher.interrupts import handled
@@ -512,7 +518,11 @@ def _run_targets(
             named = {spec: _naming(progress, spec) if several else progress for spec in specs}
             opened = _each([(spec, opening(spec, named[spec])) for spec in specs])
             kept, notes = _once(specs, opened)
-            results = _each([(spec, working(target, named[spec])) for spec, target in kept])
+            # The targets share the cores and the memory for their proofs' processes.
+            processes = proof_processes(len(kept))
+            results = _each(
+                [(spec, working(target, named[spec], processes)) for spec, target in kept]
+            )
         code = int(worst(r.exit_code for r in results))
         if as_json:
             documented = [documents.result(r) for r in results]
@@ -521,21 +531,25 @@ def _run_targets(
             return code
         if not _verbosity.quiet:
             render.notes(render.console(stderr=True), notes)
-        shown = [spec for spec, _ in kept]
-        for spec, result in zip(shown, results, strict=True):
-            if len(shown) > 1:
-                render.heading(out, f"== {_spec_text(spec)}")
-            render.result(out, result, _verbosity)
-        if len(shown) > 1:
-            rows = [
-                (_spec_text(s), render.summary_line(r), int(r.exit_code))
-                for s, r in zip(shown, results, strict=True)
-            ]
-            render.summary(out, rows)
+        _report(out, [spec for spec, _ in kept], results)
         render.total(as_json, _verbosity, code)
         return code
 
     _run(as_json, body)
+
+
+def _report(out: Console, shown: list[Spec], results: Sequence[Result]) -> None:
+    """Each target's result for people; among several, each under its heading, then a table."""
+    for spec, result in zip(shown, results, strict=True):
+        if len(shown) > 1:
+            render.heading(out, f"== {_spec_text(spec)}")
+        render.result(out, result, _verbosity)
+    if len(shown) > 1:
+        rows = [
+            (_spec_text(s), render.summary_line(r), int(r.exit_code))
+            for s, r in zip(shown, results, strict=True)
+        ]
+        render.summary(out, rows)
 
 
 def _naming(progress: Progress, spec: Spec) -> Progress:

@@ -52,7 +52,9 @@ class Options:
     timeout: float = PROBE_TIMEOUT
     """For the probe, the pre-flight and the compile check."""
     verify_timeout: float = VERIFY_TIMEOUT
-    """For the one process that runs every proof (it imports torch and FlashInfer)."""
+    """For each process that runs proofs (it imports torch and FlashInfer)."""
+    proof_processes: int = 1
+    """How many processes may share the proofs at once (`proofs.proof_processes`)."""
     progress: Progress = quiet
     toolkit: ServerToolkit | None = None
     """The server's toolkit (--cuda-home, --server-env) the pre-flight judges; None: the one

@@ -8,7 +8,10 @@ process. Judging their answers is pure and lives here too.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,10 +232,60 @@ class ProofReport:
     details: tuple[str, ...] = ()
 
 
-def prove(python: Path, requests: Sequence[ProofRequest], timeout: float) -> dict[str, ProofReport]:
-    """Run every proof in one fresh process of the target and judge what each saw."""
-    if not requests:
-        return {}
+def prove(
+    python: Path, requests: Sequence[ProofRequest], timeout: float, processes: int = 1
+) -> dict[str, ProofReport]:
+    """Run every proof in fresh processes of the target and judge what each saw: one process,
+    or up to `processes` at once, each with a share of the proofs. Each process imports torch
+    and FlashInfer once, and each proof stands alone (it imports what it needs), so a share
+    proves in its own process what it would among the others. A process that fails fails the
+    whole: as one process would."""
+    shares = _shares(requests, processes)
+    if len(shares) <= 1:
+        answers = [_proven(python, share, timeout) for share in shares]
+    else:
+        with ThreadPoolExecutor(len(shares)) as pool:
+            futures = [pool.submit(_proven, python, share, timeout) for share in shares]
+            answers = [_awaited(future) for future in futures]
+    reports = {
+        report.patch: report
+        for facts in answers
+        for report in (judge_proof(answer, facts) for answer in facts.get("proofs", []))
+    }
+    return {r.patch.id: reports[r.patch.id] for r in requests if r.patch.id in reports}
+
+
+PER_PROCESS = 4
+"""The fewest proofs worth a process of their own: each process first imports torch and
+FlashInfer (about a second and a half of one core), and most proofs take less than a second."""
+
+
+def _shares(requests: Sequence[ProofRequest], processes: int) -> list[Sequence[ProofRequest]]:
+    """The requests dealt round-robin into at most `processes` shares of PER_PROCESS or more:
+    neighbours in the catalog are often proofs of one kind and cost (the fused MoE), and
+    dealing spreads them."""
+    count = shared_by(len(requests), processes)
+    return [requests[start::count] for start in range(count)]
+
+
+def proven_in(python: Path, proofs: int, processes: int, *, fresh: bool = False) -> str:
+    """Where `proofs` proofs run, for the progress: `in a fresh process of PYTHON (importing
+    torch and FlashInfer)`, `in 2 processes of PYTHON (each importing …)`."""
+    count = shared_by(proofs, processes)
+    if count > 1:
+        where = f"{count} {'fresh ' if fresh else ''}processes of "
+    else:
+        where = "a fresh process of " if fresh else ""
+    each = "each " if count > 1 else ""
+    return f"in {where}{python} ({each}importing torch and FlashInfer)"
+
+
+def shared_by(proofs: int, processes: int) -> int:
+    """How many processes `proofs` proofs run in, where up to `processes` may: none for none."""
+    return min(max(1, processes), proofs // PER_PROCESS) or min(proofs, 1)
+
+
+def _proven(python: Path, requests: Sequence[ProofRequest], timeout: float) -> dict[str, Any]:
     payload = {
         "proofs": [
             {
@@ -245,7 +298,7 @@ def prove(python: Path, requests: Sequence[ProofRequest], timeout: float) -> dic
             for r in requests
         ]
     }
-    facts = run_script(
+    return run_script(
         python,
         "prove.py",
         [],
@@ -254,8 +307,47 @@ def prove(python: Path, requests: Sequence[ProofRequest], timeout: float) -> dic
         stdin=json.dumps(payload).encode("utf-8"),
         timeout_flag="--verify-timeout",
     )
-    reports = (judge_proof(answer, facts) for answer in facts.get("proofs", []))
-    return {report.patch: report for report in reports}
+
+
+def _awaited(future: Future[dict[str, Any]]) -> dict[str, Any]:
+    """A share's answer, waited for in slices: Python runs a signal's handler in the main
+    thread alone, once that thread wakes (see cli._awaited). The first signal stops each share
+    at its next look (interrupts.checkpoint), which raises Stop here."""
+    while True:
+        try:
+            return future.result(timeout=_SLICE)
+        except FutureTimeout:
+            continue
+
+
+_SLICE = 0.1
+"""Seconds the waiting thread waits for a share before it looks at the signals again."""
+
+
+def proof_processes(targets: int) -> int:
+    """How many proof processes each of `targets` worked on at once may run: the cores
+    fi-patch may use, shared out, and no more than memory holds (each process imports torch and
+    FlashInfer)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    held = _available_memory() // PROCESS_MEMORY
+    return max(1, min(cores or 1, held if held > 0 else 1) // max(1, targets))
+
+
+PROCESS_MEMORY = 3 << 29
+"""Bytes of memory left room for each proof process (1.5 GiB): one that proves every patch of
+FlashInfer 0.7.4 peaks at about 1 GB (VmHWM, torch 2.14.1 on the CPU)."""
+
+
+def _available_memory() -> int:
+    """MemAvailable from /proc/meminfo, in bytes; 0 where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return 0
 
 
 def judge_proof(answer: dict[str, Any], process: dict[str, Any]) -> ProofReport:

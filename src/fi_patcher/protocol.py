@@ -17,7 +17,7 @@ from fi_patcher.errors import FiPatchError, VerificationFailed, WriteFailed, sto
 from fi_patcher.interrupts import checkpoint, shielded, stop_of
 from fi_patcher.model import Command, Interpreter, Patch
 from fi_patcher.options import Options, counted
-from fi_patcher.proofs import ProofReport, ProofRequest, prove
+from fi_patcher.proofs import ProofReport, ProofRequest, prove, proven_in
 from fi_patcher.store import Change, Journal, Transaction
 
 Settlement = Literal["committed", "rolled-back", "restored", "stranded"]
@@ -121,9 +121,14 @@ class Protocol:
         """The proofs before writing are a report, not a gate: what proves the patch is after."""
         if not (self.options.verify and requests):
             return {}
-        self._proving("the unpatched code", requests, "")
+        self._proving("the unpatched code", requests, fresh=False)
         try:
-            return prove(self.interpreter.python, requests, self.options.verify_timeout)
+            return prove(
+                self.interpreter.python,
+                requests,
+                self.options.verify_timeout,
+                self.options.proof_processes,
+            )
         except FiPatchError as error:
             return {
                 r.patch.id: ProofReport(
@@ -132,13 +137,11 @@ class Protocol:
                 for r in requests
             }
 
-    def _proving(self, what: str, requests: Sequence[ProofRequest], process: str) -> None:
+    def _proving(self, what: str, requests: Sequence[ProofRequest], fresh: bool) -> None:
         count = counted(len(requests), "patch")
-        self.options.progress(
-            f"proving {what} of {count} in {process}{self.interpreter.python} (importing torch "
-            "and FlashInfer)",
-            long=True,
-        )
+        processes = self.options.proof_processes
+        where = proven_in(self.interpreter.python, len(requests), processes, fresh=fresh)
+        self.options.progress(f"proving {what} of {count} {where}", long=True)
 
     def _after(
         self,
@@ -146,15 +149,20 @@ class Protocol:
         transactions: Mapping[str, Transaction],
         before: Mapping[str, ProofReport],
     ) -> dict[str, ProofReport] | Done:
-        """Every patch of every file, in one process; a proof that cannot run at all puts every
+        """Every patch of every file, in fresh processes; a proof that cannot run at all puts every
         file back."""
         requests = [ProofRequest(p, "after", w.change.path) for w in writes for p in w.proven]
         if not (self.options.verify and requests):
             return {}
-        self._proving("the patched code", requests, "a fresh process of ")
+        self._proving("the patched code", requests, fresh=True)
         try:
             checkpoint()
-            reports = prove(self.interpreter.python, requests, self.options.verify_timeout)
+            reports = prove(
+                self.interpreter.python,
+                requests,
+                self.options.verify_timeout,
+                self.options.proof_processes,
+            )
             checkpoint()
         except FiPatchError as error:
             cause = VerificationFailed(

@@ -238,10 +238,10 @@ from fi_patcher import protocol
 count, arguments = int(sys.argv[1]), sys.argv[2:]
 met = threading.Barrier(count, timeout=300)
 prove = protocol.prove
-def together(python, requests, timeout):
+def together(python, requests, timeout, processes=1):
     if requests and requests[0].mode == "after" and met.wait() == 0:
         print("every target is proving", file=sys.stderr, flush=True)
-    return prove(python, requests, timeout)
+    return prove(python, requests, timeout, processes)
 protocol.prove = together
 """
 
@@ -254,9 +254,9 @@ from fi_patcher import protocol
 from fi_patcher.errors import EnvironmentProblem
 folder, arguments = sys.argv[1], sys.argv[2:]
 prove = protocol.prove
-def stuck(python, requests, timeout):
+def stuck(python, requests, timeout, processes=1):
     if requests and requests[0].mode == "before":
-        return prove(python, requests, timeout)
+        return prove(python, requests, timeout, processes)
     subprocess.run(["mount", "--bind", folder, folder], check=True)
     subprocess.run(["mount", "-o", "remount,bind,ro", folder, folder], check=True)
     raise EnvironmentProblem("the proofs did not finish within 1 s")

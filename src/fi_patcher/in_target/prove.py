@@ -4,10 +4,11 @@
 #   {"proofs": [{"patch": ID, "mode": "before" | "after", "file": PATH, "marker": TEXT,
 #                "source": TEXT}, ...]}
 #
-# All proofs of one target run here, in this one fresh process: torch and FlashInfer are imported
-# once. Each proof's source defines `prove(ctx)`; it imports what it needs from the target, and
-# reports through `ctx`: `ctx.stage(text)` names the step under way (an exception is reported at
-# it), `ctx.problem(text)` makes the proof red, `ctx.passes(text)` says what green showed,
+# The proofs given run here, in this one fresh process (fi-patch may share a target's proofs among
+# several): torch and FlashInfer are imported once. Each proof's source defines `prove(ctx)`; it
+# imports what it needs from the target, and reports through `ctx`: `ctx.stage(text)` names the
+# step under way (an exception is reported at it), `ctx.problem(text)` makes the proof red,
+# `ctx.passes(text)` says what green showed,
 # `ctx.note(text)` adds a line to a green report's details, `ctx.fact(key, value)` keeps a fact.
 # `ctx.processes()` counts the processes started inside a `with` block, `ctx.compiled(fn)` is
 # `torch.compile(fn, fullgraph=True, backend="eager")`, and `ctx.graph_calls(fn, *args)` traces fn
