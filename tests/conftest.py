@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.releases import RELEASES, Release, released_text
+from tests.support.releases import release as release_of
 from tests.support.templates import cached_venv, linkable
 from tests.support.venvs import (
     clone,
@@ -37,7 +38,8 @@ def template(tmp_path_factory: pytest.TempPathFactory, _templates: dict[str, Pat
     _fingerprints: dict[str, dict[str, str]] = {}
 
     def get(version: str) -> Path:
-        release = RELEASES[version]
+        # RELEASES describes most; any other release on the index is its wheel or sdist.
+        release = release_of(version)
         if version not in _templates:
             # One an earlier run changed (that run failed for it) is built again.
             path = cached_venv(release, lambda venv: _pristine(venv, release))

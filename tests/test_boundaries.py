@@ -20,6 +20,7 @@ from fi_patcher.codemod import compose, take_out
 from fi_patcher.errors import ExitCode
 from fi_patcher.model import Boundary
 from fi_patcher.registry import RegistryError, parse_patch, placed
+from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch, patch_result
 from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.expected import PATCHES
@@ -303,7 +304,16 @@ BEFORE = {
 # a pair from 0.6.18 (FP4 from 0.6.12), an output where the release has one (BF16 from 0.6.14),
 # and valid_hidden_size from 0.7.0; MXINT4's takes an output of too few rows unchecked before.
 BEFORE["trtllm_fp8_per_channel_scale_routed_moe"] = BEFORE["trtllm_fp8_per_channel_scale_moe"]
-BEFORE["cutlass_fused_moe"] = (("0.7.2", PROVEN["cutlass_fused_moe"][0], CUTLASS_REFUSED),)
+# cutlass_fused_moe takes workspace_buffer and profile_ids from 0.6.16 (0.6.16.post3 - 0.6.17
+# ignore the tactics: a test of its own).
+BEFORE["cutlass_fused_moe"] = (
+    (
+        "0.6.16",
+        PROVEN["cutlass_fused_moe"][0].removesuffix(", writes: workspace_buffer"),
+        CUTLASS_REFUSED.removesuffix(", profile_ids of one tactic"),
+    ),
+    ("0.7.2", PROVEN["cutlass_fused_moe"][0], CUTLASS_REFUSED),
+)
 BEFORE["trtllm_bf16_routed_moe"] = (
     ("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),
     ("0.6.18", MOE_FORMS, MOE_REFUSED),
@@ -623,14 +633,15 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     written = (ACTIVATION, GEMM, FP4, FP8_QUANT, SAMPLING, CONCAT_OPS, ROUTING_DSV3, MOE_CORE)
     originals = {f: released_text(release(version), f) for f in written}
     named = [x for p in (DECLARED, *BOUNDARIES) for x in ("--patch", p)]
-    # The fused MoE's ops begin at 0.6.8 (before, their older texts are not applicable), FP8
+    # The fused MoE's ops (cutlass_fused_moe's too) begin at 0.6.8 (before, their older texts are
+    # not applicable), FP8
     # with per-channel scales at 0.7.0, the routed FP8 per tensor and MXINT4 where they arrive.
     since = dict.fromkeys(MOE, "0.6.8") | {
         TRTLLM_FP8_CHANNEL: "0.7.0",
         TRTLLM_FP8_CHANNEL_ROUTED: "0.7.0",
         TRTLLM_FP8_TENSOR_ROUTED: "0.6.17",
         TRTLLM_MXINT4_ROUTED: "0.6.13",
-        CUTLASS_MOE: "0.7.0",
+        CUTLASS_MOE: "0.6.8",
     }
     boundaries = [p for p in BOUNDARIES if Version(version) >= Version(since.get(p, "0"))]
 
@@ -779,15 +790,17 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
             f"Tensor {buffers}",
             f"() output {buffers}",
         ]
-    # cutlass_fused_moe (0.7.0 on) returns its output and three unwritten buffers: the out op
-    # writes output (and workspace_buffer) and returns the three.
-    if Version(version) >= Version("0.7.0"):
-        four, three = "(Tensor, Tensor, Tensor, Tensor)", "(Tensor, Tensor, Tensor)"
+    # cutlass_fused_moe (0.6.8 on) returns its output and three unwritten buffers: the out op
+    # writes output (and workspace_buffer, 0.6.16 on) and returns the three.
+    four, three = "(Tensor, Tensor, Tensor, Tensor)", "(Tensor, Tensor, Tensor)"
+    if Version(version) >= Version("0.6.16"):
         assert seen["cutlass schemas"] == [
             f"{four} ",
             f"{four} workspace_buffer",
             f"{three} output workspace_buffer",
         ]
+    elif Version(version) >= Version("0.6.8"):
+        assert seen["cutlass schemas"] == [f"{four} ", f"{three} output"]
     else:
         assert seen["cutlass schemas"] == []
     # FlashInfer's other name for the function is the routing function too.
@@ -826,6 +839,60 @@ RELEASE_0_7_0 = "b125b01"
 def tool_0_7_0(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """fi-patch 0.7.0 in a venv of its own, built from the repository's history."""
     return released_tool(RELEASE_0_7_0, tmp_path_factory.mktemp("fi-patch-0.7.0"))
+
+
+CUTLASS_OLDER = "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
+CUTLASS_OLDER += "out: output=, as SGLang calls it, out: output=, a dynamic token count, "
+CUTLASS_OLDER += "out: output=, the list of four, an ActivationType"
+
+
+@pytest.mark.parametrize(
+    ("version", "forms", "refused"),
+    [
+        pytest.param(
+            "0.6.16.post3",
+            CUTLASS_OLDER
+            + ", writes: workspace_buffer, profile_ids of one tactic, which it ignores",
+            "an output of too few rows, the min-latency mode",
+            id="0.6.16.post3: profile_ids taken and ignored",
+        ),
+        pytest.param(
+            "0.6.13",
+            CUTLASS_OLDER,
+            "an output of too few rows, the min-latency mode",
+            id="0.6.13: no profile_ids or workspace_buffer",
+            marks=SLOW,
+        ),
+        pytest.param(
+            "0.6.18.post1",
+            CUTLASS_OLDER + ", writes: workspace_buffer",
+            CUTLASS_REFUSED,
+            id="0.6.18.post1: profile_ids read again",
+            marks=SLOW,
+        ),
+    ],
+)
+def test_cutlass_fused_moe_on_the_0_6_shapes(
+    runner: CliRunner, venv_with: MakeVenv, version: str, forms: str, refused: str
+) -> None:
+    """The shapes of the 0.6 line between those the lifecycle above runs: red before, green
+    after with what each release takes and refuses (profile_ids of one tactic is a call where
+    the kernel module runs the autotuner whatever they say), and revert gives RECORD's bytes."""
+    venv = venv_with(version)
+    named = ("--patch", DECLARED, "--patch", CUTLASS_MOE)
+    run = fi_patch(runner, "apply", "--venv", venv, *named, "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    proofs = patch_result(run.json, CUTLASS_MOE)["verification"]
+    assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
+    assert proofs["after"]["summary"] == (
+        f"passes (cutlass_fused_moe traces to one fi_patch op per call ({forms}), runs as it is "
+        f"eagerly, and its op and the op's fake give the eager call's shapes, strides, dtypes "
+        f"and errors ({refused}))"
+    )
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert (site_packages(venv) / MOE_CORE).read_bytes() == released_text(
+        release(version), MOE_CORE
+    )
 
 
 @SLOW

@@ -570,12 +570,12 @@ def _fused_moe(f):
 
 
 def _cutlass_moe(f, experts, top_k, hidden, inter):
-    """cutlass_fused_moe where fi-patch gives it an op (0.7.0 on), bfloat16 unquantized, the
+    """cutlass_fused_moe where fi-patch gives it an op (0.6.8 on), bfloat16 unquantized, the
     routing given as experts and their scales: as SGLang calls it (by keyword, into an output of
     its own, tune_max_num_tokens the next power of two of the token count, the first of the four
     it returns: the other three are unwritten buffers) over a dynamic token count; positionally
     with FlashInfer's defaults; with ActivationType.Geglu (the kernel stand-in follows it); with
-    workspace_buffer (which the kernel stand-in writes)."""
+    workspace_buffer where the release takes one (0.6.16 on; the kernel stand-in writes it)."""
     fused = f.fused_moe.cutlass_fused_moe
     if "cutlass_fused_moe" not in f.utils._fi_patch_boundaries:
         return {}
@@ -616,7 +616,7 @@ def _cutlass_moe(f, experts, top_k, hidden, inter):
         activation = f.fused_moe.core.ActivationType.Geglu
         return fused(x, ids, scales, fc1, fc2, torch.bfloat16, [], activation_type=activation)[0]
 
-    return {
+    cases = {
         "cutlass_fused_moe as SGLang calls it, a dynamic token count": Case(
             as_sglang,
             problem,
@@ -631,13 +631,15 @@ def _cutlass_moe(f, experts, top_k, hidden, inter):
         "cutlass_fused_moe with ActivationType.Geglu": Case(
             geglu, lambda: problem()[:5], ("fi_patch.cutlass_fused_moe",)
         ),
-        "cutlass_fused_moe with workspace_buffer": Case(
+    }
+    if "workspace_buffer" in inspect.signature(fused).parameters:
+        cases["cutlass_fused_moe with workspace_buffer"] = Case(
             positional,
             lambda: [*problem()[:5], torch.zeros(4096, dtype=torch.uint8)],
             ("fi_patch.cutlass_fused_moe_writes",),
             written=(5,),
-        ),
-    }
+        )
+    return cases
 
 
 _FP8_MOE = (

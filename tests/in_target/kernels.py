@@ -321,12 +321,14 @@ class _CutlassMoe:
     and biases. Per token the sum, weighted by token_final_scales, of each chosen expert's
     fc2 @ (act(gate) * up) with fc1 @ x = (gate, up), act silu (Swiglu) or gelu (Geglu): the
     activation_type after the tactics (the last list it is given, then enable_pdl), and after it
-    workspace_buffer, whose first bytes it writes (the token count, counting up)."""
+    (0.6.16 on) workspace_buffer, whose first bytes it writes (the token count, counting up)."""
 
     @torch.no_grad()
     def run_moe(self, output, x, experts, scales, fc1, fc1_bias, fc2, fc2_bias, *rest):
         tactics = max(i for i, value in enumerate(rest) if isinstance(value, list))
-        activation, workspace = int(rest[tactics + 2]), rest[tactics + 3]
+        # workspace_buffer follows the activation from 0.6.16.
+        activation = int(rest[tactics + 2])
+        workspace = rest[tactics + 3] if len(rest) > tactics + 3 else None
         act = _CUTLASS_ACTIVATIONS.get(activation)
         if act is None:
             raise LookupError(f"no CPU stand-in for the CUTLASS MoE's activation {activation}")
@@ -367,6 +369,11 @@ def _device(device):
     if isinstance(device, (torch.device, str)) and torch.device(device).type == "cpu":
         return contextlib.nullcontext()
     return _CUDA_DEVICE(device)
+
+
+def _capability(device=None):
+    """torch.cuda.get_device_capability, as an SM 10.0 host answers it."""
+    return (10, 0)
 
 
 # --- cascade, paging, packbits ------------------------------------------------------------------
@@ -783,6 +790,8 @@ REPLACED = {
 def install():
     """Stand in the JIT modules of every FlashInfer module loaded, and the device questions."""
     torch.cuda.device = _device
+    # cutlass_fused_moe asks it itself before 0.6.16 (later, get_compute_capability(device)).
+    torch.cuda.get_device_capability = _capability
     for name, module in list(sys.modules.items()):
         if not name.startswith("flashinfer") or module is None:
             continue

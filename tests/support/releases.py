@@ -134,7 +134,7 @@ in flashinfer/gemm/gemm_base.py, QUANTIZERS, in flashinfer/sampling.py the sampl
 TOP_K, TOP_K_TOP_P, TOP_P, from 0.6.7) and the renorm samplers (MASK, TOP_K_RENORM,
 TOP_P_RENORM, from 0.6.0), concat_mla_k (CONCAT) in CONCAT_OPS and fused_topk_deepseek
 (TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, MOE in MOE_CORE, from 0.6.8, and cutlass_fused_moe
-(CUTLASS_MOE) in MOE_CORE, from 0.7.0."""
+(CUTLASS_MOE) in MOE_CORE, from 0.6.8 too."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
@@ -642,6 +642,11 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     CUTLASS_MOE: _in_moe_core(
         {
+            "0.6.8": "0.6.8",
+            "0.6.10": "0.6.10",
+            "0.6.11.post3": "0.6.10",
+            "0.6.12": "0.6.10",
+            "0.6.18.post1": "0.6.18",
             "0.7.0": "0.7.0",
             "0.7.1": "0.7.1",
             "0.7.1rc1": "0.7.1",

@@ -1125,10 +1125,13 @@ def _fi_patch_fake_trtllm_moe(values: "Dict[str, Any]", rule: "str", check: "Any
 # min-latency mode, int32 (1,), float32 (experts, num_tokens) and int32 (experts,), experts
 # fc2_expert_weights.shape[0]. For a given output the fake gives those three, which its out op
 # returns beside it. min_latency_mode raises NotImplementedError in every release, and
-# profile_ids of other than two tactics ValueError (the kernel module's op, before its kernel).
-# The rule is how the release checks its activation: "plain" (0.7.0 - 0.7.1: nothing before the
-# device) or "clamped" (0.7.2 on: ClampedRelu2's limit, ValueError, and the kinds it takes,
-# NotImplementedError; a limit without it, ValueError). What the device decides (the
+# profile_ids of other than two tactics ValueError (the kernel module's op, before its kernel),
+# where the release reads them. The rule is how the release checks its tactics and its
+# activation: "plain" (0.6.8 - 0.6.16.post2, 0.6.18 - 0.7.1: nothing of the activation before
+# the device; before 0.6.16 no profile_ids), "tactics-ignored" (0.6.16.post3 - 0.6.17: the
+# kernel module's op runs the autotuner whatever profile_ids says) or "clamped" (0.7.2 on:
+# ClampedRelu2's limit, ValueError, and the kinds it takes, NotImplementedError; a limit without
+# it, ValueError). What the device decides (the
 # architecture's build, FP8 block scales and the Humming path on SM90 alone, ClampedRelu2 on
 # SM10x), the autotuner and the kernel's own checks run in the op.
 def _fi_patch_fake_cutlass_moe(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
@@ -1143,7 +1146,7 @@ def _fi_patch_fake_cutlass_moe(values: "Dict[str, Any]", rule: "str", check: "An
     if output is not None:
         check(output, shape, dtype, source.device, "output")
     profiles = values.get("profile_ids")
-    if profiles is not None and len(profiles) != 2:
+    if profiles is not None and len(profiles) != 2 and rule != "tactics-ignored":
         raise ValueError("profile_ids must contain [gemm1_profile, gemm2_profile]")
     others = (
         source.new_empty((1,), dtype=torch.int32),
@@ -1216,7 +1219,7 @@ _fi_patch_boundary_rules = {
     "concat_mla_k": ("default", "backends"),
     "fused_topk_deepseek": ("checked",),
     "trtllm_moe": ("exact", "narrow", "unchecked", "per-channel", "per-channel-fp8"),
-    "cutlass_moe": ("plain", "clamped"),
+    "cutlass_moe": ("plain", "tactics-ignored", "clamped"),
 }
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {

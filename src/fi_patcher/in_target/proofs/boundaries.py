@@ -558,9 +558,12 @@ def _cutlass_fused_moe(torch, f):
     token_selected_experts (int32) and token_final_scales (float32). Called by keyword;
     positionally with FlashInfer's defaults; over a dynamic token count; into its own output as
     SGLang calls it (tune_max_num_tokens the next power of two of the token count, the list's
-    first taken), and the whole list of four; with an ActivationType; with workspace_buffer.
-    Refused: an output of too few rows, the min-latency mode, profile_ids of one tactic; from
-    0.7.2 a clamped_relu2_limit without ClampedRelu2, and ClampedRelu2 without its limit."""
+    first taken), and the whole list of four; with an ActivationType; with workspace_buffer
+    (0.6.16 on). Refused: an output of too few rows, the min-latency mode; from 0.7.2 a
+    clamped_relu2_limit without ClampedRelu2, and ClampedRelu2 without its limit. profile_ids
+    of one tactic (0.6.16 on) is refused where the kernel module reads them and a call form
+    where it runs the autotuner whatever they say (0.6.16.post3 - 0.6.17): the eager call says
+    which, and the fake must agree either way."""
     import inspect
 
     import flashinfer.fused_moe.core as core
@@ -631,13 +634,10 @@ def _cutlass_fused_moe(torch, f):
         ("out: output=, a dynamic token count", sized, problem(40), 0),
         ("out: output=, the list of four", listed, output(16), None),
         ("an ActivationType", activated, problem(16), None),
-        (
-            "writes: workspace_buffer",
-            carved,
-            (*problem(16), _meta(torch, 1 << 20, dtype=torch.uint8)),
-            None,
-        ),
     ]
+    if "workspace_buffer" in parameters:
+        workspace = _meta(torch, 1 << 20, dtype=torch.uint8)
+        calls.append(("writes: workspace_buffer", carved, (*problem(16), workspace), None))
 
     def latency(*arguments):
         return fused(**named(arguments, min_latency_mode=True))
@@ -648,8 +648,18 @@ def _cutlass_fused_moe(torch, f):
     refused = [
         ("an output of too few rows", into, (*problem(16), output(8)[-1])),
         ("the min-latency mode", latency, problem(16)),
-        ("profile_ids of one tactic", profiled, problem(16)),
     ]
+    if "profile_ids" in parameters:
+        # Run as the proof runs every eager call, on the function's own module (its name in
+        # flashinfer.fused_moe may be the routing function, whose module is flashinfer.utils).
+        standing = stand_ins(torch, "cutlass_fused_moe")
+        read = _run(profiled, problem(16), core.get_cutlass_fused_moe_module, standing)
+        if read[0] == "raises":
+            refused.append(("profile_ids of one tactic", profiled, problem(16)))
+        else:
+            calls.append(
+                ("profile_ids of one tactic, which it ignores", profiled, problem(16), None)
+            )
     if "clamped_relu2_limit" in parameters:
         clamped = core.ActivationType.ClampedRelu2
 
@@ -670,8 +680,9 @@ def _cutlass_fused_moe(torch, f):
 
 class _Hostless(object):
     """torch as the entry point's module sees it on a host without a driver: torch.cuda.device(d),
-    which cutlass_fused_moe enters around its kernel module's call, a context that does nothing
-    (on a meta or CPU device torch raises); everything else torch's own."""
+    which cutlass_fused_moe enters around its kernel module's call (0.6.16 on), a context that
+    does nothing (on a meta or CPU device torch raises); torch.cuda.get_device_capability(),
+    which it asks itself before 0.6.16, an SM100 host's answer; everything else torch's own."""
 
     def __init__(self, module, cuda=False):
         self._module = module
@@ -683,6 +694,8 @@ class _Hostless(object):
             import contextlib
 
             return lambda *args, **kwargs: contextlib.nullcontext()
+        if self._cuda and name == "get_device_capability":
+            return lambda *args, **kwargs: (10, 0)
         return _Hostless(value, cuda=True) if name == "cuda" and not self._cuda else value
 
 
