@@ -150,7 +150,8 @@ PROVEN = {
     "cutlass_fused_moe": (
         "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
         "out: output=, as SGLang calls it, out: output=, a dynamic token count, "
-        "out: output=, the list of four, an ActivationType, writes: workspace_buffer",
+        "out: output=, the list of four, an ActivationType, FP8 weights and activations, "
+        "NVFP4 weights, bfloat16 activations, writes: workspace_buffer",
         CUTLASS_REFUSED + ", a clamped_relu2_limit without ClampedRelu2, "
         "ClampedRelu2 without its limit",
     ),
@@ -843,7 +844,8 @@ def tool_0_7_0(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 CUTLASS_OLDER = "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
 CUTLASS_OLDER += "out: output=, as SGLang calls it, out: output=, a dynamic token count, "
-CUTLASS_OLDER += "out: output=, the list of four, an ActivationType"
+CUTLASS_OLDER += "out: output=, the list of four, an ActivationType, FP8 weights and activations, "
+CUTLASS_OLDER += "NVFP4 weights, bfloat16 activations"
 
 
 @pytest.mark.parametrize(

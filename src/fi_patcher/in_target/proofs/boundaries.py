@@ -553,17 +553,18 @@ def _trtllm_moe(torch, f, name):
 
 
 def _cutlass_fused_moe(torch, f):
-    """cutlass_fused_moe (flashinfer.fused_moe's) on meta tensors, bfloat16 unquantized: 8
-    experts, top 2, a hidden size of 256, an intermediate size of 128, the routing as
-    token_selected_experts (int32) and token_final_scales (float32). Called by keyword;
+    """cutlass_fused_moe (flashinfer.fused_moe's) on meta tensors, bfloat16 unquantized (and
+    two quantized kinds): 8 experts, top 2, a hidden size of 256, an intermediate size of 128,
+    the routing as token_selected_experts (int32) and token_final_scales (float32). Called by
+    keyword;
     positionally with FlashInfer's defaults; over a dynamic token count; into its own output as
     SGLang calls it (tune_max_num_tokens the next power of two of the token count, the list's
-    first taken), and the whole list of four; with an ActivationType; with workspace_buffer
-    (0.6.16 on). Refused: an output of too few rows, the min-latency mode; from 0.7.2 a
-    clamped_relu2_limit without ClampedRelu2, and ClampedRelu2 without its limit. profile_ids
-    of one tactic (0.6.16 on) is refused where the kernel module reads them and a call form
-    where it runs the autotuner whatever they say (0.6.16.post3 - 0.6.17): the eager call says
-    which, and the fake must agree either way."""
+    first taken), and the whole list of four; with an ActivationType; FP8 and NVFP4 weights;
+    with workspace_buffer (0.6.16 on). Refused: an output of too few rows, the min-latency
+    mode; from 0.7.2 a clamped_relu2_limit without ClampedRelu2, and ClampedRelu2 without its
+    limit. profile_ids of one tactic (0.6.16 on) is refused where the kernel module reads them
+    and a call form where it runs the autotuner whatever they say (0.6.16.post3 - 0.6.17): the
+    eager call says which, and the fake must agree either way."""
     import inspect
 
     import flashinfer.fused_moe.core as core
@@ -574,6 +575,7 @@ def _cutlass_fused_moe(torch, f):
 
     parameters = inspect.signature(f.fused_moe.cutlass_fused_moe).parameters
     experts, top_k, hidden, inter = 8, 2, 256, 128
+    fp8, bf16 = torch.float8_e4m3fn, torch.bfloat16
 
     def problem(tokens):
         return (
@@ -586,16 +588,17 @@ def _cutlass_fused_moe(torch, f):
 
     def named(arguments, **more):
         x, ids, scales, fc1, fc2 = arguments[:5]
-        return dict(
-            input=x,
-            token_selected_experts=ids,
-            token_final_scales=scales,
-            fc1_expert_weights=fc1,
-            fc2_expert_weights=fc2,
-            output_dtype=torch.bfloat16,
-            quant_scales=[],
-            **more,
-        )
+        values = {
+            "input": x,
+            "token_selected_experts": ids,
+            "token_final_scales": scales,
+            "fc1_expert_weights": fc1,
+            "fc2_expert_weights": fc2,
+            "output_dtype": torch.bfloat16,
+            "quant_scales": [],
+        }
+        values.update(more)
+        return values
 
     def by_keyword(*arguments):
         return fused(**named(arguments))
@@ -619,6 +622,24 @@ def _cutlass_fused_moe(torch, f):
     def activated(*arguments):
         return fused(**named(arguments, activation_type=core.ActivationType.Swiglu))
 
+    def quantized(*arguments):
+        # The kind's quant_scales follow its five tensors.
+        return fused(**named(arguments[:5], quant_scales=list(arguments[5:])))
+
+    def kind(activations, weights, packed, scales):
+        """A quantized kind's tensors: its activations, its weights with `packed` values to an
+        element along the last dimension, and `scales` float32 quant_scales (the kernel reads
+        them; the allocation does not)."""
+        _, ids, routed, _, _ = problem(16)
+        return (
+            _meta(torch, 16, hidden, dtype=activations),
+            ids,
+            routed,
+            _meta(torch, experts, 2 * inter, hidden // packed, dtype=weights),
+            _meta(torch, experts, hidden, inter // packed, dtype=weights),
+            *(_meta(torch, experts, dtype=torch.float32) for _ in range(scales)),
+        )
+
     def carved(*arguments):
         *arguments, workspace = arguments
         return fused(**named(arguments, workspace_buffer=workspace))
@@ -634,6 +655,11 @@ def _cutlass_fused_moe(torch, f):
         ("out: output=, a dynamic token count", sized, problem(40), 0),
         ("out: output=, the list of four", listed, output(16), None),
         ("an ActivationType", activated, problem(16), None),
+        # FP8 with per-tensor scales (four), and NVFP4 weights packed sixteen to an int64 with
+        # bfloat16 activations (six scales): the output stays output_dtype, its width
+        # fc2_expert_weights' rows.
+        ("FP8 weights and activations", quantized, kind(fp8, fp8, 1, 4), None),
+        ("NVFP4 weights, bfloat16 activations", quantized, kind(bf16, torch.int64, 16, 6), None),
     ]
     if "workspace_buffer" in parameters:
         workspace = _meta(torch, 1 << 20, dtype=torch.uint8)
