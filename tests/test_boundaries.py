@@ -146,7 +146,8 @@ ROUTED_UNPAIRED = (
 )
 CUTLASS_REFUSED = "an output of too few rows, the min-latency mode, profile_ids of one tactic"
 PROVEN = {
-    # cutlass_fused_moe (0.7.0 on); ClampedRelu2's checks from 0.7.2 (BEFORE).
+    # cutlass_fused_moe (0.6.8 on); workspace_buffer and profile_ids from 0.6.16, ClampedRelu2's
+    # checks from 0.7.2 (BEFORE).
     "cutlass_fused_moe": (
         "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
         "out: output=, as SGLang calls it, out: output=, a dynamic token count, "
@@ -307,12 +308,9 @@ BEFORE = {
 BEFORE["trtllm_fp8_per_channel_scale_routed_moe"] = BEFORE["trtllm_fp8_per_channel_scale_moe"]
 # cutlass_fused_moe takes workspace_buffer and profile_ids from 0.6.16 (0.6.16.post3 - 0.6.17
 # ignore the tactics: a test of its own).
+CUTLASS_OLDER = PROVEN["cutlass_fused_moe"][0].removesuffix(", writes: workspace_buffer")
 BEFORE["cutlass_fused_moe"] = (
-    (
-        "0.6.16",
-        PROVEN["cutlass_fused_moe"][0].removesuffix(", writes: workspace_buffer"),
-        CUTLASS_REFUSED.removesuffix(", profile_ids of one tactic"),
-    ),
+    ("0.6.16", CUTLASS_OLDER, CUTLASS_REFUSED.removesuffix(", profile_ids of one tactic")),
     ("0.7.2", PROVEN["cutlass_fused_moe"][0], CUTLASS_REFUSED),
 )
 BEFORE["trtllm_bf16_routed_moe"] = (
@@ -635,8 +633,8 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     originals = {f: released_text(release(version), f) for f in written}
     named = [x for p in (DECLARED, *BOUNDARIES) for x in ("--patch", p)]
     # The fused MoE's ops (cutlass_fused_moe's too) begin at 0.6.8 (before, their older texts are
-    # not applicable), FP8
-    # with per-channel scales at 0.7.0, the routed FP8 per tensor and MXINT4 where they arrive.
+    # not applicable), FP8 with per-channel scales at 0.7.0, the routed FP8 per tensor and
+    # MXINT4 where they arrive.
     since = dict.fromkeys(MOE, "0.6.8") | {
         TRTLLM_FP8_CHANNEL: "0.7.0",
         TRTLLM_FP8_CHANNEL_ROUTED: "0.7.0",
@@ -840,12 +838,6 @@ RELEASE_0_7_0 = "b125b01"
 def tool_0_7_0(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """fi-patch 0.7.0 in a venv of its own, built from the repository's history."""
     return released_tool(RELEASE_0_7_0, tmp_path_factory.mktemp("fi-patch-0.7.0"))
-
-
-CUTLASS_OLDER = "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
-CUTLASS_OLDER += "out: output=, as SGLang calls it, out: output=, a dynamic token count, "
-CUTLASS_OLDER += "out: output=, the list of four, an ActivationType, FP8 weights and activations, "
-CUTLASS_OLDER += "NVFP4 weights, bfloat16 activations"
 
 
 @pytest.mark.parametrize(

@@ -450,13 +450,13 @@ def test_a_proof_that_fails_before_the_patch_is_its_summary_unless_verbose(
 
 
 def test_proofs_dealt_among_processes_are_judged_as_in_one(
-    runner: CliRunner, venv_with: MakeVenv
+    runner: CliRunner, venv_with: MakeVenv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Twelve patches of 0.7.0 proven in one process, then dealt among three (four each): every
-    patch's report is the same, and the progress names the three processes."""
+    """Twelve patches of 0.7.0 proven in one process, then dealt among three (four each): three
+    processes run, every patch's report is the same, and the progress names the three."""
     import os
 
-    from fi_patcher import api
+    from fi_patcher import api, proofs
     from fi_patcher.environment import PROBE_TIMEOUT
     from fi_patcher.registry import choose
     from fi_patcher.target import open_target
@@ -466,13 +466,24 @@ def test_proofs_dealt_among_processes_are_judged_as_in_one(
     ids = [p.id for p in choose(None).patches if p.id.startswith("op-")][:12]
     target = open_target(venv, None, os.environ, PROBE_TIMEOUT)
     told: list[str] = []
+    shares: list[list[str]] = []
+    proven = proofs._proven
 
     def progress(message: str, *, long: bool = False) -> None:
         told.append(message)
 
+    def counted(python: Path, requests: list[proofs.ProofRequest], *more: object) -> object:
+        shares.append([r.patch.id for r in requests])
+        return proven(python, requests, *more)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(proofs, "_proven", counted)
     checked = api.check(target, choose(ids), api.Options())
     alone = api.verify(target, checked, api.Options(progress=progress)).reports
     dealt = api.verify(target, checked, api.Options(progress=progress, proof_processes=3)).reports
+    # One process alone, then three, each with every third patch (their threads start in any
+    # order).
+    assert shares[0] == ids
+    assert sorted(shares[1:]) == sorted([ids[0::3], ids[1::3], ids[2::3]])
     assert sorted(alone) == sorted(ids)
     assert all(r.passed and r.mode == "after" for r in alone.values()), alone
     assert dealt == alone

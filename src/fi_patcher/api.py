@@ -13,8 +13,9 @@ from fi_patcher.assess import install_problem
 from fi_patcher.decision import decide
 from fi_patcher.model import PatchSet, State
 from fi_patcher.options import Options, Target, counted
-from fi_patcher.proofs import ProofRequest, prove, proven_in
+from fi_patcher.proofs import ProofRequest, prove
 from fi_patcher.results import ApplyVerdict, Checked, Outcome
+from fi_patcher.shares import proven_in
 from fi_patcher.target import copies, foreign, inspect, not_installed, open_target
 
 __all__ = ["Options", "Target", "apply", "check", "open_target", "revert", "verify"]

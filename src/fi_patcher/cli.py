@@ -22,9 +22,10 @@ from fi_patcher.environment import PROBE_TIMEOUT
 from fi_patcher.errors import ExitCode, FiPatchError, Internal, UsageError, worst
 from fi_patcher.model import PatchSet
 from fi_patcher.options import unproven_force
-from fi_patcher.proofs import VERIFY_TIMEOUT, proof_processes
+from fi_patcher.proofs import VERIFY_TIMEOUT
 from fi_patcher.registry import choose, load_patches
 from fi_patcher.results import Failed
+from fi_patcher.shares import cores, proof_processes
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -152,8 +153,7 @@ VerifyTimeout = Annotated[
     typer.Option(
         "--verify-timeout",
         metavar="SECONDS",
-        help="How long the process that runs the proofs may take (it imports torch and "
-        "FlashInfer).",
+        help="How long each process that runs proofs may take (it imports torch and FlashInfer).",
         callback=_seconds,
     ),
 ]
@@ -518,8 +518,8 @@ def _run_targets(
             named = {spec: _naming(progress, spec) if several else progress for spec in specs}
             opened = _each([(spec, opening(spec, named[spec])) for spec in specs])
             kept, notes = _once(specs, opened)
-            # The targets share the cores and the memory for their proofs' processes.
-            processes = proof_processes(len(kept))
+            # The targets opened share the cores and the memory for their proofs' processes.
+            processes = proof_processes(sum(not isinstance(t, Failed) for _, t in kept))
             results = _each(
                 [(spec, working(target, named[spec], processes)) for spec, target in kept]
             )
@@ -641,7 +641,7 @@ _SLICE = 0.1
 
 def _workers(count: int) -> int:
     # Each target's work is mostly its own interpreter's subprocesses: one per core, at most.
-    return max(1, min(count, os.cpu_count() or 1))
+    return max(1, min(count, cores()))
 
 
 def _spec_text(spec: Spec) -> str:

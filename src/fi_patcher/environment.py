@@ -201,6 +201,7 @@ def run_script(
     stdin: bytes | None = None,
     timeout_flag: str = "--timeout",
     isolated: bool = True,
+    cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
     """Run one of the scripts in `fi_patcher/in_target/` in `python` (`-I`: no user site, no
     PYTHON* variables, not the script's folder on sys.path, unless not `isolated`; `-Xutf8`:
@@ -215,6 +216,7 @@ def run_script(
             what=what,
             stdin=stdin,
             timeout_flag=timeout_flag,
+            cancel=cancel,
         )
     answer = _unframe(completed.stdout)
     if completed.returncode != 0 or answer is None:
@@ -256,9 +258,11 @@ def run_target(
     what: str,
     stdin: bytes | None = None,
     timeout_flag: str = "--timeout",
+    cancel: threading.Event | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run the target's python, in a session of its own: a Ctrl-C in the terminal reaches
-    fi-patch, which kills the process at its next look (`interrupts.checkpoint`)."""
+    fi-patch, which kills the process at its next look (`interrupts.checkpoint`), as it does
+    once `cancel` is set (raising Cancelled)."""
     environ = {**os.environ, "PYTHONUTF8": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     try:
         process = subprocess.Popen(
@@ -276,7 +280,7 @@ def run_target(
             "with `python -m venv --clear`)",
         ) from exc
     try:
-        stdout, stderr = _wait(process, stdin, timeout)
+        stdout, stderr = _wait(process, stdin, timeout, cancel)
     except subprocess.TimeoutExpired as exc:
         raise EnvironmentProblem(
             f"the interpreter {python} did not finish the {what} within {timeout:g} s",
@@ -291,7 +295,10 @@ def run_target(
 
 
 def _wait(
-    process: subprocess.Popen[bytes], stdin: bytes | None, timeout: float
+    process: subprocess.Popen[bytes],
+    stdin: bytes | None,
+    timeout: float,
+    cancel: threading.Event | None = None,
 ) -> tuple[bytes, bytes]:
     """The process's output once it ends; it is killed, with everything it started, when the
     time is up or a signal asks fi-patch to stop."""
@@ -308,11 +315,18 @@ def _wait(
                 return process.communicate(None, timeout=_LOOK)
             except subprocess.TimeoutExpired:
                 checkpoint()
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled() from None
                 if time.monotonic() >= deadline:
                     raise
     except BaseException:
         _killed(process)
         raise
+
+
+class Cancelled(Exception):
+    """Raised for a process of the target killed because its caller cancelled it (another share
+    of the proofs failed, or a signal stopped the wait): the caller reports why, not this."""
 
 
 def _killed(process: subprocess.Popen[bytes]) -> None:

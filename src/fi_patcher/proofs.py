@@ -8,10 +8,8 @@ process. Judging their answers is pure and lives here too.
 from __future__ import annotations
 
 import json
-import os
+import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from packaging.version import InvalidVersion, Version
 from fi_patcher.environment import run_script, script_text
 from fi_patcher.errors import FiPatchError, Inert, NoTorch, RequirementUnmet, ToolkitMismatch
 from fi_patcher.model import Judgement, Mode, Patch
+from fi_patcher.shares import dealt
 from fi_patcher.toolkit import ServerToolkit, own_source
 
 VERIFY_TIMEOUT = 600.0
@@ -236,17 +235,15 @@ def prove(
     python: Path, requests: Sequence[ProofRequest], timeout: float, processes: int = 1
 ) -> dict[str, ProofReport]:
     """Run every proof in fresh processes of the target and judge what each saw: one process,
-    or up to `processes` at once, each with a share of the proofs. Each process imports torch
-    and FlashInfer once, and each proof stands alone (it imports what it needs), so a share
-    proves in its own process what it would among the others. A process that fails fails the
-    whole: as one process would."""
-    shares = _shares(requests, processes)
+    or up to `processes` at once, each with a share of the proofs (`shares.dealt`). Each process
+    imports torch and FlashInfer once, and each proof stands alone (it imports what it needs),
+    so a share proves in its own process what it would among the others. A process that fails
+    fails the whole, as one process would, and stops the other shares' processes."""
+    shares = dealt(requests, processes)
     if len(shares) <= 1:
         answers = [_proven(python, share, timeout) for share in shares]
     else:
-        with ThreadPoolExecutor(len(shares)) as pool:
-            futures = [pool.submit(_proven, python, share, timeout) for share in shares]
-            answers = [_awaited(future) for future in futures]
+        answers = _in_parallel(python, shares, timeout)
     reports = {
         report.patch: report
         for facts in answers
@@ -255,37 +252,42 @@ def prove(
     return {r.patch.id: reports[r.patch.id] for r in requests if r.patch.id in reports}
 
 
-PER_PROCESS = 4
-"""The fewest proofs worth a process of their own: each process first imports torch and
-FlashInfer (about a second and a half of one core), and most proofs take less than a second."""
+def _in_parallel(
+    python: Path, shares: Sequence[Sequence[ProofRequest]], timeout: float
+) -> list[dict[str, Any]]:
+    """Each share's answer, its process run in a thread of its own. The first share to fail
+    (its error, or a signal's Stop at its next look) cancels the others, whose processes are
+    killed at their next look; the wait is in slices, so that the waiting thread also runs a
+    signal's handler (Python runs them in the main thread alone, once it wakes)."""
+    # Here, not at the top: concurrent.futures imports logging, which every command would pay.
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    cancel = threading.Event()
+    with ThreadPoolExecutor(len(shares)) as pool:
+        futures = [pool.submit(_proven, python, share, timeout, cancel) for share in shares]
+        try:
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=_SLICE, return_when=FIRST_EXCEPTION)
+                failed = next((f.exception() for f in done if f.exception() is not None), None)
+                if failed is not None:
+                    raise failed
+        except BaseException:
+            cancel.set()
+            raise
+        return [future.result() for future in futures]
 
 
-def _shares(requests: Sequence[ProofRequest], processes: int) -> list[Sequence[ProofRequest]]:
-    """The requests dealt round-robin into at most `processes` shares of PER_PROCESS or more:
-    neighbours in the catalog are often proofs of one kind and cost (the fused MoE), and
-    dealing spreads them."""
-    count = shared_by(len(requests), processes)
-    return [requests[start::count] for start in range(count)]
+_SLICE = 0.1
+"""Seconds the waiting thread waits for the shares before it looks at the signals again."""
 
 
-def proven_in(python: Path, proofs: int, processes: int, *, fresh: bool = False) -> str:
-    """Where `proofs` proofs run, for the progress: `in a fresh process of PYTHON (importing
-    torch and FlashInfer)`, `in 2 processes of PYTHON (each importing …)`."""
-    count = shared_by(proofs, processes)
-    if count > 1:
-        where = f"{count} {'fresh ' if fresh else ''}processes of "
-    else:
-        where = "a fresh process of " if fresh else ""
-    each = "each " if count > 1 else ""
-    return f"in {where}{python} ({each}importing torch and FlashInfer)"
-
-
-def shared_by(proofs: int, processes: int) -> int:
-    """How many processes `proofs` proofs run in, where up to `processes` may: none for none."""
-    return min(max(1, processes), proofs // PER_PROCESS) or min(proofs, 1)
-
-
-def _proven(python: Path, requests: Sequence[ProofRequest], timeout: float) -> dict[str, Any]:
+def _proven(
+    python: Path,
+    requests: Sequence[ProofRequest],
+    timeout: float,
+    cancel: threading.Event | None = None,
+) -> dict[str, Any]:
     payload = {
         "proofs": [
             {
@@ -306,48 +308,8 @@ def _proven(python: Path, requests: Sequence[ProofRequest], timeout: float) -> d
         what="proofs",
         stdin=json.dumps(payload).encode("utf-8"),
         timeout_flag="--verify-timeout",
+        cancel=cancel,
     )
-
-
-def _awaited(future: Future[dict[str, Any]]) -> dict[str, Any]:
-    """A share's answer, waited for in slices: Python runs a signal's handler in the main
-    thread alone, once that thread wakes (see cli._awaited). The first signal stops each share
-    at its next look (interrupts.checkpoint), which raises Stop here."""
-    while True:
-        try:
-            return future.result(timeout=_SLICE)
-        except FutureTimeout:
-            continue
-
-
-_SLICE = 0.1
-"""Seconds the waiting thread waits for a share before it looks at the signals again."""
-
-
-def proof_processes(targets: int) -> int:
-    """How many proof processes each of `targets` worked on at once may run: the cores
-    fi-patch may use, shared out, and no more than memory holds (each process imports torch and
-    FlashInfer)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    held = _available_memory() // PROCESS_MEMORY
-    return max(1, min(cores or 1, held if held > 0 else 1) // max(1, targets))
-
-
-PROCESS_MEMORY = 3 << 29
-"""Bytes of memory left room for each proof process (1.5 GiB): one that proves every patch of
-FlashInfer 0.7.4 peaks at about 1 GB (VmHWM, torch 2.14.1 on the CPU)."""
-
-
-def _available_memory() -> int:
-    """MemAvailable from /proc/meminfo, in bytes; 0 where it cannot be read."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return 0
-    return 0
 
 
 def judge_proof(answer: dict[str, Any], process: dict[str, Any]) -> ProofReport:

@@ -17,7 +17,8 @@ from fi_patcher.errors import FiPatchError, VerificationFailed, WriteFailed, sto
 from fi_patcher.interrupts import checkpoint, shielded, stop_of
 from fi_patcher.model import Command, Interpreter, Patch
 from fi_patcher.options import Options, counted
-from fi_patcher.proofs import ProofReport, ProofRequest, prove, proven_in
+from fi_patcher.proofs import ProofReport, ProofRequest, prove
+from fi_patcher.shares import proven_in
 from fi_patcher.store import Change, Journal, Transaction
 
 Settlement = Literal["committed", "rolled-back", "restored", "stranded"]

@@ -8,8 +8,8 @@
 # several): torch and FlashInfer are imported once. Each proof's source defines `prove(ctx)`; it
 # imports what it needs from the target, and reports through `ctx`: `ctx.stage(text)` names the
 # step under way (an exception is reported at it), `ctx.problem(text)` makes the proof red,
-# `ctx.passes(text)` says what green showed,
-# `ctx.note(text)` adds a line to a green report's details, `ctx.fact(key, value)` keeps a fact.
+# `ctx.passes(text)` says what green showed, `ctx.note(text)` adds a line to a green report's
+# details, `ctx.fact(key, value)` keeps a fact.
 # `ctx.processes()` counts the processes started inside a `with` block, `ctx.compiled(fn)` is
 # `torch.compile(fn, fullgraph=True, backend="eager")`, and `ctx.graph_calls(fn, *args)` traces fn
 # with fullgraph and a backend that records the graph and never runs it, returning the targets

@@ -627,22 +627,9 @@ def _cutlass_fused_moe(torch, f):
         return fused(**named(arguments[:5], quant_scales=list(arguments[5:])))
 
     def kind(activations, weights, packed, scales):
-        """A quantized kind's tensors: its activations, its weights with `packed` values to an
-        element along the last dimension, and `scales` float32 quant_scales (the kernel reads
-        them; the allocation does not)."""
-        _, ids, routed, _, _ = problem(16)
-        return (
-            _meta(torch, 16, hidden, dtype=activations),
-            ids,
-            routed,
-            _meta(torch, experts, 2 * inter, hidden // packed, dtype=weights),
-            _meta(torch, experts, hidden, inter // packed, dtype=weights),
-            *(_meta(torch, experts, dtype=torch.float32) for _ in range(scales)),
-        )
-
-    def carved(*arguments):
-        *arguments, workspace = arguments
-        return fused(**named(arguments, workspace_buffer=workspace))
+        # The kernel reads the scales; the allocation does not.
+        sizes = (experts, hidden, inter)
+        return _cutlass_kind(torch, problem(16), sizes, activations, weights, packed, scales)
 
     def output(tokens):
         return (*problem(tokens), _meta(torch, tokens, hidden))
@@ -661,31 +648,59 @@ def _cutlass_fused_moe(torch, f):
         ("FP8 weights and activations", quantized, kind(fp8, fp8, 1, 4), None),
         ("NVFP4 weights, bfloat16 activations", quantized, kind(bf16, torch.int64, 16, 6), None),
     ]
-    if "workspace_buffer" in parameters:
-        workspace = _meta(torch, 1 << 20, dtype=torch.uint8)
-        calls.append(("writes: workspace_buffer", carved, (*problem(16), workspace), None))
 
     def latency(*arguments):
         return fused(**named(arguments, min_latency_mode=True))
-
-    def profiled(*arguments):
-        return fused(**named(arguments, profile_ids=[0]))
 
     refused = [
         ("an output of too few rows", into, (*problem(16), output(8)[-1])),
         ("the min-latency mode", latency, problem(16)),
     ]
+    more, limits = _cutlass_by_release(torch, core, parameters, fused, named, problem(16))
+    return calls + more, refused + limits
+
+
+def _cutlass_kind(torch, problem, sizes, activations, weights, packed, scales):
+    """A quantized kind's tensors for cutlass_fused_moe: its activations, its weights with
+    `packed` values to an element along the last dimension, and `scales` float32 quant_scales."""
+    experts, hidden, inter = sizes
+    _, ids, routed, _, _ = problem
+    tokens = ids.shape[0]
+    return (
+        _meta(torch, tokens, hidden, dtype=activations),
+        ids,
+        routed,
+        _meta(torch, experts, 2 * inter, hidden // packed, dtype=weights),
+        _meta(torch, experts, hidden, inter // packed, dtype=weights),
+        *(_meta(torch, experts, dtype=torch.float32) for _ in range(scales)),
+    )
+
+
+def _cutlass_by_release(torch, core, parameters, fused, named, problem):
+    """cutlass_fused_moe's forms and refusals where the release has their parameter:
+    workspace_buffer and profile_ids (0.6.16 on), clamped_relu2_limit (0.7.2 on)."""
+    calls, refused = [], []
+    if "workspace_buffer" in parameters:
+
+        def carved(*arguments):
+            *arguments, workspace = arguments
+            return fused(**named(arguments, workspace_buffer=workspace))
+
+        workspace = _meta(torch, 1 << 20, dtype=torch.uint8)
+        calls.append(("writes: workspace_buffer", carved, (*problem, workspace), None))
     if "profile_ids" in parameters:
+
+        def profiled(*arguments):
+            return fused(**named(arguments, profile_ids=[0]))
+
         # Run as the proof runs every eager call, on the function's own module (its name in
         # flashinfer.fused_moe may be the routing function, whose module is flashinfer.utils).
         standing = stand_ins(torch, "cutlass_fused_moe")
-        read = _run(profiled, problem(16), core.get_cutlass_fused_moe_module, standing)
+        read = _run(profiled, problem, core.get_cutlass_fused_moe_module, standing)
         if read[0] == "raises":
-            refused.append(("profile_ids of one tactic", profiled, problem(16)))
+            refused.append(("profile_ids of one tactic", profiled, problem))
         else:
-            calls.append(
-                ("profile_ids of one tactic, which it ignores", profiled, problem(16), None)
-            )
+            calls.append(("profile_ids of one tactic, which it ignores", profiled, problem, None))
     if "clamped_relu2_limit" in parameters:
         clamped = core.ActivationType.ClampedRelu2
 
@@ -697,10 +712,8 @@ def _cutlass_fused_moe(torch, f):
             return fused(**named(arguments, activation_type=clamped))
 
         limit = _meta(torch, 1, dtype=torch.float32)
-        refused.append(
-            ("a clamped_relu2_limit without ClampedRelu2", limited, (*problem(16), limit))
-        )
-        refused.append(("ClampedRelu2 without its limit", unlimited, problem(16)))
+        refused.append(("a clamped_relu2_limit without ClampedRelu2", limited, (*problem, limit)))
+        refused.append(("ClampedRelu2 without its limit", unlimited, problem))
     return calls, refused
 
 
