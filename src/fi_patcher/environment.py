@@ -301,7 +301,7 @@ def _wait(
     cancel: threading.Event | None = None,
 ) -> tuple[bytes, bytes]:
     """The process's output once it ends; it is killed, with everything it started, when the
-    time is up or a signal asks fi-patch to stop."""
+    time is up, a signal asks fi-patch to stop, or `cancel` is set."""
     deadline = time.monotonic() + timeout
     if stdin is not None and process.stdin is not None:
         # Fed by a thread of its own: communicate() called again after a timeout sends no more

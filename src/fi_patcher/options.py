@@ -54,7 +54,7 @@ class Options:
     verify_timeout: float = VERIFY_TIMEOUT
     """For each process that runs proofs (it imports torch and FlashInfer)."""
     proof_processes: int = 1
-    """How many processes may share the proofs at once (`proofs.proof_processes`)."""
+    """How many processes may share the proofs at once (`shares.proof_processes`)."""
     progress: Progress = quiet
     toolkit: ServerToolkit | None = None
     """The server's toolkit (--cuda-home, --server-env) the pre-flight judges; None: the one
