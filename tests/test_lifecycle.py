@@ -30,6 +30,7 @@ from tests.support.releases import (
     CONCAT,
     CONCAT_OPS,
     CUDA,
+    CUTLASS_MOE,
     DECLARED,
     DECLARED_FAKE,
     FORWARDING,
@@ -215,6 +216,7 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     assert routing == [(TOPK_DEEPSEEK, "0.6.10")]
     moe = [(p["id"], p["shape"]) for p in records[MOE_CORE]["patches"]]
     assert moe == [
+        (CUTLASS_MOE, "0.6.18"),
         (TRTLLM_BF16, "0.6.18"),
         (TRTLLM_BF16_ROUTED, "0.6.18"),
         (TRTLLM_FP4, "0.6.18"),
