@@ -1131,9 +1131,9 @@ def _fi_patch_fake_trtllm_moe(values: "Dict[str, Any]", rule: "str", check: "Any
 # the device; before 0.6.16 no profile_ids), "tactics-ignored" (0.6.16.post3 - 0.6.17: the
 # kernel module's op runs the autotuner whatever profile_ids says) or "clamped" (0.7.2 on:
 # ClampedRelu2's limit, ValueError, and the kinds it takes, NotImplementedError; a limit without
-# it, ValueError). What the device decides (the
-# architecture's build, FP8 block scales and the Humming path on SM90 alone, ClampedRelu2 on
-# SM10x), the autotuner and the kernel's own checks run in the op.
+# it, ValueError). What the device decides (the architecture's build, FP8 block scales and the
+# Humming path on SM90 alone, ClampedRelu2 on SM10x), the autotuner and the kernel's own checks
+# run in the op.
 def _fi_patch_fake_cutlass_moe(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
     source, fc2 = values["input"], values["fc2_expert_weights"]
     if rule == "clamped":

@@ -556,11 +556,10 @@ def _cutlass_fused_moe(torch, f):
     """cutlass_fused_moe (flashinfer.fused_moe's) on meta tensors, bfloat16 unquantized (and
     two quantized kinds): 8 experts, top 2, a hidden size of 256, an intermediate size of 128,
     the routing as token_selected_experts (int32) and token_final_scales (float32). Called by
-    keyword;
-    positionally with FlashInfer's defaults; over a dynamic token count; into its own output as
-    SGLang calls it (tune_max_num_tokens the next power of two of the token count, the list's
-    first taken), and the whole list of four; with an ActivationType; FP8 and NVFP4 weights;
-    with workspace_buffer (0.6.16 on). Refused: an output of too few rows, the min-latency
+    keyword; positionally with FlashInfer's defaults; over a dynamic token count; into its own
+    output as SGLang calls it (tune_max_num_tokens the next power of two of the token count,
+    the list's first taken), and the whole list of four; with an ActivationType; FP8 and NVFP4
+    weights; with workspace_buffer (0.6.16 on). Refused: an output of too few rows, the min-latency
     mode; from 0.7.2 a clamped_relu2_limit without ClampedRelu2, and ClampedRelu2 without its
     limit. profile_ids of one tactic (0.6.16 on) is refused where the kernel module reads them
     and a call form where it runs the autotuner whatever they say (0.6.16.post3 - 0.6.17): the
