@@ -33,6 +33,7 @@ from tests.support.releases import (
     CONCAT_OPS,
     CUTLASS_MOE,
     DECLARED,
+    DECODE,
     FP4,
     FP8_QUANT,
     GELU,
@@ -47,10 +48,13 @@ from tests.support.releases import (
     MOE_CORE,
     MXFP8,
     OP_BOUNDARY,
+    PREFILL,
     ROUTING_DSV3,
     SAMPLING,
     SILU,
     SILU_EXPERTS,
+    SINGLE_DECODE,
+    SINGLE_PREFILL,
     TOP_K,
     TOP_K_RENORM,
     TOP_K_TOP_P,
@@ -112,6 +116,8 @@ ENTRY_POINTS = {
     TRTLLM_FP8_TENSOR_ROUTED: "trtllm_fp8_per_tensor_scale_routed_moe",
     TRTLLM_MXINT4_ROUTED: "trtllm_mxint4_block_scale_routed_moe",
     CUTLASS_MOE: "cutlass_fused_moe",
+    SINGLE_DECODE: "single_decode_with_kv_cache",
+    SINGLE_PREFILL: "single_prefill_with_kv_cache",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -157,6 +163,16 @@ PROVEN = {
         "ClampedRelu2 without its limit",
     ),
     "min_p_sampling_from_probs": SAMPLED,
+    "single_decode_with_kv_cache": (
+        "positional, by keyword, return_lse, HND with tensor cores and a v_scale, float16, a "
+        "sliding window and a soft cap, q a slice of a wider tensor, a dynamic KV length",
+        "an unknown pos_encoding_mode, an unknown kv_layout",
+    ),
+    "single_prefill_with_kv_cache": (
+        "positional, causal by keyword, return_lse, HND with o_dtype float16, a value head dim "
+        "of its own, FP8 with o_dtype, a dynamic query length",
+        "an unknown kv_layout, FP8 with a sliding window",
+    ),
     # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
     # first; the top-k pair keeps the input's dtype and refuses float64.
     "top_p_renorm_probs": (RENORMED + ", by its other name, is_deterministic", "1-D probs"),
@@ -630,6 +646,7 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     install(venv, release(version))
     use(venv, shared(CUDA_TORCH))
     written = (ACTIVATION, GEMM, FP4, FP8_QUANT, SAMPLING, CONCAT_OPS, ROUTING_DSV3, MOE_CORE)
+    written += (DECODE, PREFILL)
     originals = {f: released_text(release(version), f) for f in written}
     named = [x for p in (DECLARED, *BOUNDARIES) for x in ("--patch", p)]
     # The fused MoE's ops (cutlass_fused_moe's too) begin at 0.6.8 (before, their older texts are

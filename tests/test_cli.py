@@ -113,6 +113,8 @@ def test_revert_json(runner: CliRunner, venv_with: MakeVenv) -> None:
         "flashinfer/jit/cpp_ext.py": ("reverted", []),
         "flashinfer/fp4_quantization.py": ("reverted", []),
         "flashinfer/utils.py": ("reverted", []),
+        "flashinfer/decode.py": ("reverted", []),
+        "flashinfer/prefill.py": ("reverted", []),
     }
 
 
@@ -151,6 +153,9 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: op-scaled-fp4-grouped-quantize not-applicable",
         f"{venv}: op-silu-and-mul not-applicable",
         f"{venv}: op-silu-and-mul-scaled-nvfp4-experts-quantize not-applicable",
+        # The single-request attention's ops cover 0.2.6 on.
+        f"{venv}: op-single-decode-with-kv-cache pristine",
+        f"{venv}: op-single-prefill-with-kv-cache pristine",
         f"{venv}: op-top-k-mask-logits not-applicable",
         f"{venv}: op-top-k-renorm-probs not-applicable",
         f"{venv}: op-top-k-sampling-from-probs not-applicable",

@@ -45,6 +45,7 @@ FAMILIES = (
     "norms",
     "rope",
     "cascade",
+    "attention",
     "paging",
     "sampling",
     "quantizers",

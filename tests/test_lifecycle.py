@@ -33,6 +33,7 @@ from tests.support.releases import (
     CUTLASS_MOE,
     DECLARED,
     DECLARED_FAKE,
+    DECODE,
     FORWARDING,
     FP4,
     FP8_QUANT,
@@ -45,9 +46,12 @@ from tests.support.releases import (
     MOE_CORE,
     MXFP8,
     OP_BOUNDARY,
+    PREFILL,
     RELEASES,
     ROUTING_DSV3,
     SAMPLING,
+    SINGLE_DECODE,
+    SINGLE_PREFILL,
     TARGET,
     TOP_K,
     TOP_K_RENORM,
@@ -175,7 +179,7 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     site = site_packages(venv)
     written = (
         *(TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT, SAMPLING, API_LOGGING),
-        *(CONCAT_OPS, ROUTING_DSV3, MOE_CORE),
+        *(CONCAT_OPS, ROUTING_DSV3, MOE_CORE, DECODE, PREFILL),
     )
     originals = {f: (site / f).read_bytes() for f in written}
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
@@ -227,6 +231,12 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
         (TRTLLM_FP8_TENSOR_ROUTED, "0.6.18"),
         (TRTLLM_MXINT4, "0.6.13"),
         (TRTLLM_MXINT4_ROUTED, "0.6.13"),
+    ]
+    assert [(p["id"], p["shape"]) for p in records[DECODE]["patches"]] == [
+        (SINGLE_DECODE, "0.6.10")
+    ]
+    assert [(p["id"], p["shape"]) for p in records[PREFILL]["patches"]] == [
+        (SINGLE_PREFILL, "0.6.18")
     ]
     assert [(p["id"], p["shape"]) for p in records[UTILS]["patches"]] == [
         (DECLARED, "no-op"),

@@ -9,7 +9,8 @@ Run it with the target environment's own python, after `fi-patch apply` there:
 (`make gpu-check TARGET=/root/ml-env` runs it after the other GPU scripts.) For each entry point an
 op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantizers, the samplers with
 seed and offset given, the renorm samplers on bfloat16 input, concat_mla_k, fused_topk_deepseek,
-trtllm_fp4_block_scale_moe into output=, SM100 only),
+trtllm_fp4_block_scale_moe into output=, SM100 only, single_decode_with_kv_cache and
+single_prefill_with_kv_cache),
 called without and with `out=` where it takes it, it compares `torch.compile(fullgraph=True)` (the
 default backend, Inductor) with the eager call, bit for bit; then captures the compiled function in
 a CUDA graph, replays it on new input, and compares again.
@@ -134,6 +135,7 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
     yield from quantizers(torch, f, t)
     yield from samplers(torch, f)
     yield from mla(torch, f, t)
+    yield from attention(f, t)
     yield from moe_routing(torch, f)
     yield from fused_moe(torch, f)
 
@@ -168,6 +170,23 @@ def mla(torch, f, t):  # type: ignore[no-untyped-def]
         (lambda: t(512, 128, 192), lambda: t(512, 128, 128), lambda: t(512, 1, 64)),
         concat,
     )
+
+
+def attention(f, t):  # type: ignore[no-untyped-def]
+    """The single-request attention: decode of 32 query heads over 8 KV heads of 128 across 1024
+    keys, with its lse, and a causal prefill of 256 queries over the same cache."""
+
+    def decode(q, k, v):  # type: ignore[no-untyped-def]
+        return f.single_decode_with_kv_cache(q, k, v, return_lse=True)
+
+    def prefill(q, k, v):  # type: ignore[no-untyped-def]
+        return f.single_prefill_with_kv_cache(q, k, v, causal=True, return_lse=True)
+
+    cache = (lambda: t(1024, 8, 128), lambda: t(1024, 8, 128))
+    name = "single_decode_with_kv_cache"
+    yield name, name, (lambda: t(32, 128), *cache), decode
+    name = "single_prefill_with_kv_cache"
+    yield name + ", causal", name, (lambda: t(256, 32, 128), *cache), prefill
 
 
 THRESHOLDS = {

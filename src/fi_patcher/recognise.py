@@ -132,10 +132,22 @@ def locate(
 
 
 def definitions(tree: ast.Module, function: str, scope: str = "") -> list[ast.FunctionDef]:
-    """Every definition of `function` in `scope` (`siblings_in`)."""
+    """Every definition of `function` in `scope` (`siblings_in`), but the `@overload` stubs
+    before it: they only annotate (single_decode_with_kv_cache has two, for `return_lse`)."""
     return [
-        n for n in siblings_in(tree, scope) if isinstance(n, ast.FunctionDef) and n.name == function
+        n
+        for n in siblings_in(tree, scope)
+        if isinstance(n, ast.FunctionDef) and n.name == function and not _overload(n)
     ]
+
+
+def _overload(node: ast.FunctionDef) -> bool:
+    """Whether `node` is decorated with `typing.overload` (`@overload` or `@typing.overload`)."""
+    return any(
+        (isinstance(d, ast.Name) and d.id == "overload")
+        or (isinstance(d, ast.Attribute) and d.attr == "overload")
+        for d in node.decorator_list
+    )
 
 
 def siblings_in(tree: ast.Module, scope: str) -> list[ast.stmt]:

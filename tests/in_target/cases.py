@@ -69,6 +69,7 @@ def families(f):
             ("norms", _norms),
             ("rope", _rope),
             ("cascade", _cascade),
+            ("attention", _attention),
             ("paging", _paging),
             ("sampling", _sampling),
             ("quantizers", _quantizers),
@@ -874,6 +875,89 @@ def _routed_moe(f, experts, top_k, hidden, inter, replay):
                 written=(n,),
             )
     return cases
+
+
+def _attention(f):
+    """The single-request attention: decode of 32 query heads over 8 KV heads of 128 (in a traced
+    frame, with return_lse, HND with tensor cores, over a dynamic KV length), and prefill (causal
+    with return_lse, a value head dim of its own with o_dtype, HND, over a dynamic query length,
+    and merged with merge_state, as a chunked prefill merges its parts)."""
+
+    def decode(length=40, seed=0, hnd=False):
+        shape = (8, length, 128) if hnd else (length, 8, 128)
+        return [
+            _random(32, 128, seed=seed),
+            _random(*shape, seed=seed + 1),
+            _random(*shape, seed=seed + 2),
+        ]
+
+    def prefill(queries=12, keys=20, heads=8, dim=64, value=64, seed=0):
+        return [
+            _random(queries, heads * 2, dim, seed=seed),
+            _random(keys, heads, dim, seed=seed + 1),
+            _random(keys, heads, value, seed=seed + 2),
+        ]
+
+    def chunked(q, k, v):
+        first, lse_first = f.single_prefill_with_kv_cache(q, k[:8], v[:8], return_lse=True)
+        rest, lse_rest = f.single_prefill_with_kv_cache(
+            q, k[8:], v[8:], return_lse=True, causal=True
+        )
+        return f.merge_state(first, lse_first, rest, lse_rest)
+
+    one_decode = ("fi_patch.single_decode_with_kv_cache",)
+    one_prefill = ("fi_patch.single_prefill_with_kv_cache",)
+    return {
+        "single_decode_with_kv_cache in a traced frame": Case(
+            lambda q, k, v: f.single_decode_with_kv_cache(q, k, v) * 2, decode, one_decode
+        ),
+        "single_decode_with_kv_cache with return_lse": Case(
+            lambda q, k, v: f.single_decode_with_kv_cache(q, k, v, return_lse=True),
+            decode,
+            one_decode,
+        ),
+        "single_decode_with_kv_cache, HND with tensor cores": Case(
+            lambda q, k, v: f.single_decode_with_kv_cache(q, k, v, "HND", use_tensor_cores=True),
+            lambda: decode(hnd=True),
+            one_decode,
+        ),
+        "single_decode_with_kv_cache over a dynamic KV length": Case(
+            lambda q, k, v: f.single_decode_with_kv_cache(q, k, v) + 1,
+            decode,
+            one_decode,
+            mark_dynamic=((1, 0), (2, 0)),
+            again=(lambda: decode(57, seed=3),),
+        ),
+        "single_prefill_with_kv_cache, causal with return_lse": Case(
+            lambda q, k, v: f.single_prefill_with_kv_cache(q, k, v, causal=True, return_lse=True),
+            prefill,
+            one_prefill,
+        ),
+        "single_prefill_with_kv_cache, a value head dim of its own into float16": Case(
+            lambda q, k, v: f.single_prefill_with_kv_cache(q, k, v, o_dtype=torch.float16),
+            lambda: prefill(dim=96, value=64),
+            one_prefill,
+        ),
+        "single_prefill_with_kv_cache, HND": Case(
+            lambda q, k, v: f.single_prefill_with_kv_cache(
+                q, k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous(), kv_layout="HND"
+            ),
+            prefill,
+            one_prefill,
+        ),
+        "single_prefill_with_kv_cache over a dynamic query length": Case(
+            lambda q, k, v: f.single_prefill_with_kv_cache(q, k, v, causal=True) * 2,
+            prefill,
+            one_prefill,
+            mark_dynamic=((0, 0),),
+            again=(lambda: prefill(queries=17, seed=4),),
+        ),
+        "single_prefill_with_kv_cache in two chunks merged by merge_state": Case(
+            chunked,
+            prefill,
+            (*one_prefill, *one_prefill, "fi_patch_declared.merge_state"),
+        ),
+    }
 
 
 def _cascade(f):

@@ -646,6 +646,69 @@ def _trtllm_low_latency_gemm(workspace, a, b, global_scale, out, tactic):
     out.copy_(product.to(out.dtype))
 
 
+# --- attention ---------------------------------------------------------------------------------
+
+
+def _nhd(kv, layout):
+    """A (k or v) cache as (kv_len, heads, dim): layout 0 is NHD, 1 HND."""
+    return kv if layout == 0 else kv.transpose(0, 1)
+
+
+def _attention(q, k, v, causal, sm_scale):
+    """Attention of q (qo_len, heads, dim) over k and v (kv_len, kv_heads, dim), the query heads
+    grouped over the KV heads, in float32: out (qo_len, heads, v's dim) and its log-sum-exp in
+    base 2 (qo_len, heads). Causal aligns the last query with the last key."""
+    group = q.shape[1] // k.shape[1]
+    k = k.float().repeat_interleave(group, dim=1)
+    v = v.float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * sm_scale
+    if causal:
+        rows, columns = scores.shape[-2:]
+        later = torch.ones(rows, columns, dtype=torch.bool).triu(columns - rows + 1)
+        scores = scores.masked_fill(later, float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1) / math.log(2)
+    out = torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1), v)
+    return out, lse.transpose(0, 1)
+
+
+def _plain(window_left, logits_soft_cap, alibi_slopes):
+    """The stand-ins do plain attention only: a case with more would compare nothing."""
+    if window_left != -1 or logits_soft_cap > 0 or alibi_slopes is not None:
+        raise NotImplementedError("the CPU attention has no window, soft cap or alibi")
+
+
+def _single_decode(q, k, v, tmp, o, lse, layout, window_left, alibi, soft_cap, sm_scale, *rest):
+    _plain(window_left, soft_cap, alibi)
+    out, logsumexp = _attention(q.unsqueeze(0), _nhd(k, layout), _nhd(v, layout), False, sm_scale)
+    o.copy_(out[0])
+    if lse is not None:
+        lse.copy_(logsumexp[0])
+
+
+def _single_prefill(q, k, v, tmp, o, lse, mask_mode, layout, window_left, mask, alibi, *rest):
+    # From 0.6.10 the KV cache's scale factors come next (None: the op carries no others).
+    if rest and not isinstance(rest[0], float):
+        scales, rest = rest[:2], rest[2:]
+        if any(s is not None for s in scales):
+            raise NotImplementedError("the CPU attention has no KV cache scale factors")
+    soft_cap, sm_scale = rest[0], rest[1]
+    _plain(window_left, soft_cap, alibi)
+    if mask is not None or mask_mode not in (0, 1):
+        raise NotImplementedError("the CPU attention has no custom mask")
+    out, logsumexp = _attention(q, _nhd(k, layout), _nhd(v, layout), mask_mode == 1, sm_scale)
+    o.copy_(out)
+    if lse is not None:
+        lse.copy_(logsumexp)
+
+
+OF_MODULE = {
+    "gen_single_decode_module": {"run": _single_decode},
+    "gen_single_prefill_module": {"run": _single_prefill},
+}
+"""Kernels by the JIT module that has them, where their names are too common to tell them apart
+(every attention module has a run)."""
+
+
 KERNELS = {
     "silu_and_mul": _act("silu"),
     "gelu_and_mul": _act("gelu"),
@@ -700,12 +763,16 @@ KERNELS = {
 
 
 class Kernels:
-    """A JIT module: every kernel by the name FlashInfer calls, run without autograd."""
+    """A JIT module: every kernel by the name FlashInfer calls (and, for the modules OF_MODULE
+    names, by the module's), run without autograd."""
+
+    def __init__(self, made_by=""):
+        self.made_by = made_by
 
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        kernel = KERNELS.get(name)
+        kernel = OF_MODULE.get(self.made_by, {}).get(name) or KERNELS.get(name)
 
         # Raised at the call, not at the lookup: 0.7's trtllm MoE module reads every kernel it
         # may call into a namespace when it is built.
@@ -724,8 +791,11 @@ class Kernels:
 class _Spec:
     """What a stood-in `gen_..._module(...)` returns: a spec whose build gives the kernels."""
 
+    def __init__(self, made_by=""):
+        self.made_by = made_by
+
     def build_and_load(self, *args, **kwargs):
-        return Kernels()
+        return Kernels(self.made_by)
 
     def get_library_path(self):
         return ""
@@ -734,8 +804,8 @@ class _Spec:
         return []
 
 
-def _spec(*args, **kwargs):
-    return _Spec()
+def _spec(made_by, *args, **kwargs):
+    return _Spec(made_by)
 
 
 def _buffer(name, size, device, *rest, **kwargs):
@@ -798,7 +868,7 @@ def install():
         space = vars(module)
         for key, value in list(space.items()):
             if key.startswith("gen_") and "_module" in key and callable(value):
-                space[key] = _spec
+                space[key] = functools.partial(_spec, key)
             elif key in REPLACED:
                 space[key] = REPLACED[key]
         for value in list(space.values()):

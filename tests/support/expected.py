@@ -221,5 +221,12 @@ def _function(text: str, name: str, scope: str = "") -> ast.FunctionDef:
         for outer in scope.split("."):
             (holder,) = [n for n in block if isinstance(n, ast.FunctionDef) and n.name == outer]
             block = holder.body
-    (node,) = [n for n in block if isinstance(n, ast.FunctionDef) and n.name == name]
+    # The @overload stubs above a function only annotate it (single_decode_with_kv_cache's).
+    (node,) = [
+        n
+        for n in block
+        if isinstance(n, ast.FunctionDef)
+        and n.name == name
+        and "overload" not in {ast.unparse(d).split(".")[-1] for d in n.decorator_list}
+    ]
     return node

@@ -73,6 +73,8 @@ TRTLLM_FP8_CHANNEL_ROUTED = "op-trtllm-fp8-per-channel-scale-routed-moe"
 TRTLLM_FP8_TENSOR_ROUTED = "op-trtllm-fp8-per-tensor-scale-routed-moe"
 TRTLLM_MXINT4_ROUTED = "op-trtllm-mxint4-block-scale-routed-moe"
 CUTLASS_MOE = "op-cutlass-fused-moe"
+SINGLE_DECODE = "op-single-decode-with-kv-cache"
+SINGLE_PREFILL = "op-single-prefill-with-kv-cache"
 ROUTED = (
     TRTLLM_BF16_ROUTED,
     TRTLLM_FP4_ROUTED,
@@ -120,6 +122,8 @@ BOUNDARIES = (
     GROUPED,
     SILU,
     SILU_EXPERTS,
+    SINGLE_DECODE,
+    SINGLE_PREFILL,
     MASK,
     TOP_K_RENORM,
     TOP_K,
@@ -133,8 +137,9 @@ BOUNDARIES = (
 in flashinfer/gemm/gemm_base.py, QUANTIZERS, in flashinfer/sampling.py the samplers (MIN_P,
 TOP_K, TOP_K_TOP_P, TOP_P, from 0.6.7) and the renorm samplers (MASK, TOP_K_RENORM,
 TOP_P_RENORM, from 0.6.0), concat_mla_k (CONCAT) in CONCAT_OPS and fused_topk_deepseek
-(TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, MOE in MOE_CORE, from 0.6.8, and cutlass_fused_moe
-(CUTLASS_MOE) in MOE_CORE, from 0.6.8 too."""
+(TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, MOE in MOE_CORE, from 0.6.8, cutlass_fused_moe
+(CUTLASS_MOE) in MOE_CORE, from 0.6.8 too, and the single-request attention (SINGLE_DECODE in
+DECODE, SINGLE_PREFILL in PREFILL), from 0.2.6."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
@@ -142,6 +147,8 @@ SAMPLING = "flashinfer/sampling.py"
 CONCAT_OPS = "flashinfer/concat_ops.py"
 ROUTING_DSV3 = "flashinfer/fused_moe/fused_routing_dsv3.py"
 MOE_CORE = "flashinfer/fused_moe/core.py"
+DECODE = "flashinfer/decode.py"
+PREFILL = "flashinfer/prefill.py"
 LOGGING = "api-logging-under-compile"
 API_LOGGING = "flashinfer/api_logging.py"
 
@@ -446,7 +453,8 @@ def _in_moe_core(shapes: dict[str, str]) -> dict[str, tuple[str, str]]:
 
 
 # The shape of each op-* patch that holds a file of its own (op-concat-mla-k from 0.6.0, not in
-# 0.6.0rc1; op-fused-topk-deepseek from 0.6.0rc1; the MOE patches, which share one, from 0.6.8)
+# 0.6.0rc1; op-fused-topk-deepseek from 0.6.0rc1; the MOE patches, which share one, from 0.6.8;
+# the single-request attention's two from 0.2.6)
 # and sha256[:12] of that file, by release, taken from the archives the index verified.
 OWN_FILES = {
     CONCAT: CONCAT_OPS,
@@ -459,6 +467,8 @@ OWN_FILES = {
     TRTLLM_MXINT4: MOE_CORE,
     **dict.fromkeys(ROUTED, MOE_CORE),
     CUTLASS_MOE: MOE_CORE,
+    SINGLE_DECODE: DECODE,
+    SINGLE_PREFILL: PREFILL,
 }
 OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     CONCAT: {
@@ -640,6 +650,54 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
             "0.7.4": "0.7.4",
         }
     ),
+    SINGLE_DECODE: {
+        "0.2.8": ("0.2.7", "cf4f2d342290"),
+        "0.2.9": ("0.2.9", "a92d4209cf1e"),
+        "0.2.11.post2": ("0.2.9", "765f435c191f"),
+        "0.2.13": ("0.2.9", "3c9093af4265"),
+        "0.2.14": ("0.2.9", "3c9093af4265"),
+        "0.2.14.post1": ("0.2.9", "3c9093af4265"),
+        "0.3.1.post1": ("0.2.9", "0164b8cc2fdf"),
+        "0.4.0": ("0.2.9", "666459c5e80b"),
+        "0.5.0": ("0.2.9", "d3c1cbc01a1d"),
+        "0.6.0": ("0.6.0", "0b4b128ee73c"),
+        "0.6.0rc1": ("0.6.0", "a92c1c504376"),
+        "0.6.7": ("0.6.0", "a78c9232952b"),
+        "0.6.8": ("0.6.8", "432d7a11dba3"),
+        "0.6.10": ("0.6.10", "6a60aeba3ff8"),
+        "0.6.11.post3": ("0.6.10", "6a60aeba3ff8"),
+        "0.6.12": ("0.6.10", "d9e195893bc6"),
+        "0.6.18.post1": ("0.6.10", "d82d107a6445"),
+        "0.7.0": ("0.6.10", "df105a900746"),
+        "0.7.1": ("0.6.10", "8917d7f1a807"),
+        "0.7.1rc1": ("0.6.10", "8917d7f1a807"),
+        "0.7.2rc6": ("0.6.10", "e230c0d41ddf"),
+        "0.7.4": ("0.6.10", "38fecaeff6ee"),
+    },
+    SINGLE_PREFILL: {
+        "0.2.8": ("0.2.7", "cdb48bfb3ed4"),
+        "0.2.9": ("0.2.7", "a110b6712e9b"),
+        "0.2.11.post2": ("0.2.7", "b92fd3296c71"),
+        "0.2.13": ("0.2.7", "6dc200eeb2b6"),
+        "0.2.14": ("0.2.7", "07cdd5f1be71"),
+        "0.2.14.post1": ("0.2.7", "07cdd5f1be71"),
+        "0.3.1.post1": ("0.2.7", "617c0084366f"),
+        "0.4.0": ("0.2.7", "e34079ab0b11"),
+        "0.5.0": ("0.2.7", "7e6d6666b9d0"),
+        "0.6.0": ("0.6.0", "cacba49e7b5a"),
+        "0.6.0rc1": ("0.6.0", "f880e4a09743"),
+        "0.6.7": ("0.6.0", "5060a48d59ab"),
+        "0.6.8": ("0.6.8", "35c3eaf707ab"),
+        "0.6.10": ("0.6.10", "5b6eca119718"),
+        "0.6.11.post3": ("0.6.10", "984c4c864d85"),
+        "0.6.12": ("0.6.10", "af28f2190783"),
+        "0.6.18.post1": ("0.6.18", "2ad12a8387b3"),
+        "0.7.0": ("0.6.18", "bd4aaa0a2446"),
+        "0.7.1": ("0.6.18", "0f1f9e03a7aa"),
+        "0.7.1rc1": ("0.6.18", "059a9dc01d65"),
+        "0.7.2rc6": ("0.6.18", "b4a51047d4dd"),
+        "0.7.4": ("0.7.4", "7dd28922ca85"),
+    },
     CUTLASS_MOE: _in_moe_core(
         {
             "0.6.8": "0.6.8",

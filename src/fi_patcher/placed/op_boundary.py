@@ -675,7 +675,8 @@ def _fi_patch_int_enum(annotation: "Any") -> "Any":
 
 # The type an op schema gives a parameter with this annotation and default, or None. A default
 # of None makes it optional (FlashInfer writes `out: torch.Tensor = None`); a Literal of strings
-# is a str; an IntEnum is an int; a union of several types has no schema type.
+# is a str; an IntEnum is an int; a union of several types, and an optional list of tensors, have no
+# schema type.
 def _fi_patch_op_type(annotation: "Any", default: "Any") -> "Any":
     import typing
 
@@ -696,6 +697,9 @@ def _fi_patch_op_type(annotation: "Any", default: "Any") -> "Any":
         if origin not in (list, tuple) or not items or items[0] not in (int, torch.Tensor):
             return None
         annotation = typing.List[items[0]]  # type: ignore[valid-type]
+        # A schema has no optional list of tensors (single_prefill_with_kv_cache's kv_cache_sf).
+        if optional and items[0] is torch.Tensor:
+            return None
     return typing.Optional[annotation] if optional else annotation
 
 
@@ -1158,6 +1162,47 @@ def _fi_patch_fake_cutlass_moe(values: "Dict[str, Any]", rule: "str", check: "An
     return others
 
 
+# single_decode_with_kv_cache (flashinfer/decode.py), which the op asks for its lse too: out as the
+# function allocates it, torch.empty_like(q) ((num_qo_heads, head_dim), q's dtype and strides; with
+# use_tensor_cores, empty_like of q.unsqueeze(0) squeezed again, the same), and lse float32
+# (num_qo_heads,). FlashInfer's checks of pos_encoding_mode and kv_layout run first (KeyError, as
+# _check_pos_encoding_mode and _check_kv_layout raise, 0.2.6 on). The kernel, the workspace and
+# the alibi slopes run in the op. One rule: "allocated" (0.2.6 on).
+def _fi_patch_fake_single_decode(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    _fi_patch_attention_modes(values)
+    q = values["q"]
+    return torch.empty_like(q), q.new_empty((q.shape[0],), dtype=torch.float32)
+
+
+# single_prefill_with_kv_cache (flashinfer/prefill.py), which the op asks for its lse too, without
+# kv_cache_sf (a call that passes the KV cache's scale factors traces the function's body): the
+# checks of pos_encoding_mode and kv_layout (KeyError), then for an FP8 query the function's
+# asserts (no sliding window, one dtype and one head dim for q, k and v: AssertionError), then out
+# as it allocates it, (qo_len, num_qo_heads, v's head dim), o_dtype (q's where None), contiguous,
+# and lse float32 (qo_len, num_qo_heads). The backend's choice (it asks the device), the packing of
+# custom_mask and the kernel run in the op. One rule: "allocated" (0.2.6 on).
+def _fi_patch_fake_single_prefill(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    _fi_patch_attention_modes(values)
+    q, k, v = values["q"], values["k"], values["v"]
+    if q.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        assert values["window_left"] == -1
+        assert q.dtype == k.dtype == v.dtype
+        assert q.shape[-1] == k.shape[-1] == v.shape[-1]
+    dtype = values["o_dtype"] if values["o_dtype"] is not None else q.dtype
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=dtype)
+    return out, q.new_empty((q.shape[0], q.shape[1]), dtype=torch.float32)
+
+
+# FlashInfer's _check_pos_encoding_mode and _check_kv_layout, the same in every release: a name of
+# PosEncodingMode and of TensorLayout.
+def _fi_patch_attention_modes(values: "Dict[str, Any]") -> "None":
+    mode, layout = values["pos_encoding_mode"], values["kv_layout"]
+    if mode not in ("NONE", "ROPE_LLAMA", "ALIBI"):
+        raise KeyError("Invalid pos_encoding_mode {}".format(mode))
+    if layout not in ("NHD", "HND"):
+        raise KeyError("Invalid kv_layout {}".format(layout))
+
+
 # The checks of ClampedRelu2 (ActivationType.ClampedRelu2) from 0.7.2, those the device does not
 # decide.
 def _fi_patch_clamped_relu2(values: "Dict[str, Any]", check: "Any") -> "None":
@@ -1220,6 +1265,8 @@ _fi_patch_boundary_rules = {
     "fused_topk_deepseek": ("checked",),
     "trtllm_moe": ("exact", "narrow", "unchecked", "per-channel", "per-channel-fp8"),
     "cutlass_moe": ("plain", "tactics-ignored", "clamped"),
+    "single_decode": ("allocated",),
+    "single_prefill": ("allocated",),
 }
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
@@ -1239,4 +1286,6 @@ _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "fused_topk_deepseek": _fi_patch_fake_fused_topk_deepseek,
     "trtllm_moe": _fi_patch_fake_trtllm_moe,
     "cutlass_moe": _fi_patch_fake_cutlass_moe,
+    "single_decode": _fi_patch_fake_single_decode,
+    "single_prefill": _fi_patch_fake_single_prefill,
 }

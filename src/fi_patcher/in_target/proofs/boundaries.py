@@ -45,6 +45,10 @@ def forms(torch, f, name):
         return _trtllm_moe(torch, f, name)
     if name == "cutlass_fused_moe":
         return _cutlass_fused_moe(torch, f)
+    if name == "single_decode_with_kv_cache":
+        return _single_decode(torch, fn)
+    if name == "single_prefill_with_kv_cache":
+        return _single_prefill(torch, fn)
     return None, None
 
 
@@ -313,6 +317,108 @@ def _concat_mla_k(torch):
     refused = []
     if "backend" in inspect.signature(concat_ops.concat_mla_k).parameters:
         refused.append(("another backend", lambda k, n, r: fn(k, n, r, backend="tile"), parts(8)))
+    return calls, refused
+
+
+def _single_decode(torch, fn):
+    """single_decode_with_kv_cache on meta tensors: 32 query heads over 8 KV heads of 128, as a
+    grouped-query model decodes; positionally, by keyword with return_lse, the HND layout with
+    tensor cores and a v_scale, float16 with a sliding window and a soft cap, q a slice of a wider
+    tensor (out contiguous), and a dynamic KV length; refused: an unknown pos_encoding_mode and an
+    unknown kv_layout (KeyError)."""
+
+    def cache(length=64, dtype=torch.bfloat16, hnd=False):
+        shape = (8, length, 128) if hnd else (length, 8, 128)
+        return _meta(torch, *shape, dtype=dtype), _meta(torch, *shape, dtype=dtype)
+
+    q, (k, v) = _meta(torch, 32, 128), cache()
+    half = _meta(torch, 32, 128, dtype=torch.float16)
+    calls = [
+        ("positional", lambda q, k, v: fn(q, k, v), (q, k, v), None),
+        (
+            "by keyword, return_lse",
+            lambda q, k, v: fn(q=q, k=k, v=v, return_lse=True),
+            (q, k, v),
+            None,
+        ),
+        (
+            "HND with tensor cores and a v_scale",
+            lambda q, k, v: fn(q, k, v, "HND", use_tensor_cores=True, v_scale=0.5),
+            (q, *cache(hnd=True)),
+            None,
+        ),
+        (
+            "float16, a sliding window and a soft cap",
+            lambda q, k, v: fn(q, k, v, window_left=16, logits_soft_cap=30.0),
+            (half, *cache(dtype=torch.float16)),
+            None,
+        ),
+        (
+            "q a slice of a wider tensor",
+            lambda x, k, v: fn(x[:, :128], k, v),
+            (_meta(torch, 32, 384), k, v),
+            None,
+        ),
+        ("a dynamic KV length", lambda k, v, q: fn(q, k, v) * 2, (*cache(96), q), 0),
+    ]
+    refused = [
+        (
+            "an unknown pos_encoding_mode",
+            lambda q, k, v: fn(q, k, v, pos_encoding_mode="XPOS"),
+            (q, k, v),
+        ),
+        ("an unknown kv_layout", lambda q, k, v: fn(q, k, v, kv_layout="NDH"), (q, k, v)),
+    ]
+    return calls, refused
+
+
+def _single_prefill(torch, fn):
+    """single_prefill_with_kv_cache on meta tensors: 16 queries of 32 heads over 64 keys of 8
+    heads; positionally, causal by keyword with return_lse, the HND layout with o_dtype float16, a
+    value head dim of its own (192 and 128, as MLA's prefill), FP8 with o_dtype bfloat16, and a
+    dynamic query length; refused: an unknown kv_layout (KeyError) and FP8 with a sliding window
+    (AssertionError)."""
+    fp8 = torch.float8_e4m3fn
+
+    def kv(dtype=torch.bfloat16, hnd=False, heads=8, dim=128, value=128):
+        shape = (heads, 64, dim) if hnd else (64, heads, dim)
+        values = (*shape[:-1], value)
+        return _meta(torch, *shape, dtype=dtype), _meta(torch, *values, dtype=dtype)
+
+    q = _meta(torch, 16, 32, 128)
+    q8 = _meta(torch, 16, 32, 128, dtype=fp8)
+    calls = [
+        ("positional", lambda q, k, v: fn(q, k, v), (q, *kv()), None),
+        (
+            "causal by keyword, return_lse",
+            lambda q, k, v: fn(q=q, k=k, v=v, causal=True, return_lse=True),
+            (q, *kv()),
+            None,
+        ),
+        (
+            "HND with o_dtype float16",
+            lambda q, k, v: fn(q, k, v, kv_layout="HND", o_dtype=torch.float16),
+            (q, *kv(hnd=True)),
+            None,
+        ),
+        (
+            "a value head dim of its own",
+            lambda q, k, v: fn(q, k, v, causal=True),
+            (_meta(torch, 16, 16, 192), *kv(heads=16, dim=192)),
+            None,
+        ),
+        (
+            "FP8 with o_dtype",
+            lambda q, k, v: fn(q, k, v, o_dtype=torch.bfloat16),
+            (q8, *kv(fp8)),
+            None,
+        ),
+        ("a dynamic query length", lambda q, k, v: fn(q, k, v, causal=True) + 1, (q, *kv()), 0),
+    ]
+    refused = [
+        ("an unknown kv_layout", lambda q, k, v: fn(q, k, v, kv_layout="NDH"), (q, *kv())),
+        ("FP8 with a sliding window", lambda q, k, v: fn(q, k, v, window_left=8), (q8, *kv(fp8))),
+    ]
     return calls, refused
 
 
@@ -1028,6 +1134,14 @@ def stand_ins(torch, name):
             "get_compute_capability": lambda device: (10, 0),
             "torch": _Hostless(torch),
         }
+    if name in ("single_decode_with_kv_cache", "single_prefill_with_kv_cache"):
+        # The backend's choice asks the device; up to 0.2.6 the module getters are curried
+        # (get_single_prefill_module(backend)(...)).
+        return {
+            "determine_attention_backend": lambda *args, **kwargs: "fa2",
+            "get_single_decode_module": Curried,
+            "get_single_prefill_module": Curried,
+        }
     if name not in ("mm_fp4", "bmm_fp8", "mm_fp8"):
         return {}
 
@@ -1114,6 +1228,17 @@ class Stub(object):
             return None
 
         return kernel
+
+
+class Curried(Stub):
+    """A module getter (or what it gives) that gives a Stub when called: 0.2.6's
+    get_single_prefill_module(backend) gives the getter of the rest."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        return Stub()
 
 
 class Runners(Stub):
