@@ -906,6 +906,42 @@ def test_cutlass_fused_moe_on_the_0_6_shapes(
     )
 
 
+@pytest.mark.parametrize(
+    "version",
+    [
+        pytest.param("0.2.6", id="0.2.6: the first shape, prefill's module getter curried"),
+        pytest.param("0.4.0", id="0.4.0: the 0.2.9 and 0.2.7 shapes", marks=SLOW),
+        pytest.param("0.6.0", id="0.6.0: @flashinfer_api", marks=SLOW),
+        pytest.param("0.6.16.post3", id="0.6.16.post3: the 0.6.15 prefill", marks=SLOW),
+    ],
+)
+def test_single_attention_on_the_older_shapes(
+    runner: CliRunner, venv_with: MakeVenv, version: str
+) -> None:
+    """The single-request attention's shapes between and before those the lifecycle above runs:
+    red before, green after with the same call forms and refusals, and revert gives RECORD's
+    bytes."""
+    venv = venv_with(version)
+    named = ("--patch", DECLARED, "--patch", SINGLE_DECODE, "--patch", SINGLE_PREFILL)
+    run = fi_patch(runner, "apply", "--venv", venv, *named, "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    for patch_id in (SINGLE_DECODE, SINGLE_PREFILL):
+        proofs = patch_result(run.json, patch_id)["verification"]
+        assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
+        name = ENTRY_POINTS[patch_id]
+        forms, refused = PROVEN[name]
+        assert proofs["after"]["summary"] == (
+            f"passes ({name} traces to one fi_patch op per call ({forms}), runs as it is "
+            f"eagerly, and its op and the op's fake give the eager call's shapes, strides, "
+            f"dtypes and errors ({refused}))"
+        )
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    for relpath in (DECODE, PREFILL):
+        assert (site_packages(venv) / relpath).read_bytes() == released_text(
+            release(version), relpath
+        )
+
+
 @SLOW
 def test_an_upgrade_writes_utils_again_for_the_op_boundaries(
     runner: CliRunner, tmp_path: Path, tool_0_7_0: Path

@@ -174,19 +174,32 @@ def mla(torch, f, t):  # type: ignore[no-untyped-def]
 
 def attention(f, t):  # type: ignore[no-untyped-def]
     """The single-request attention: decode of 32 query heads over 8 KV heads of 128 across 1024
-    keys, with its lse, and a causal prefill of 256 queries over the same cache."""
+    keys, with its lse, without it (the op's lse dropped) and with tensor cores, and a causal
+    prefill of 256 queries over the same cache, with its lse and without it."""
 
     def decode(q, k, v):  # type: ignore[no-untyped-def]
         return f.single_decode_with_kv_cache(q, k, v, return_lse=True)
 
+    def decode_out(q, k, v):  # type: ignore[no-untyped-def]
+        return (f.single_decode_with_kv_cache(q, k, v),)
+
+    def decode_cores(q, k, v):  # type: ignore[no-untyped-def]
+        return (f.single_decode_with_kv_cache(q, k, v, use_tensor_cores=True),)
+
     def prefill(q, k, v):  # type: ignore[no-untyped-def]
         return f.single_prefill_with_kv_cache(q, k, v, causal=True, return_lse=True)
 
+    def prefill_out(q, k, v):  # type: ignore[no-untyped-def]
+        return (f.single_prefill_with_kv_cache(q, k, v, causal=True),)
+
     cache = (lambda: t(1024, 8, 128), lambda: t(1024, 8, 128))
     name = "single_decode_with_kv_cache"
-    yield name, name, (lambda: t(32, 128), *cache), decode
+    yield name + ", return_lse", name, (lambda: t(32, 128), *cache), decode
+    yield name, name, (lambda: t(32, 128), *cache), decode_out
+    yield name + ", tensor cores", name, (lambda: t(32, 128), *cache), decode_cores
     name = "single_prefill_with_kv_cache"
-    yield name + ", causal", name, (lambda: t(256, 32, 128), *cache), prefill
+    yield name + ", causal, return_lse", name, (lambda: t(256, 32, 128), *cache), prefill
+    yield name + ", causal", name, (lambda: t(256, 32, 128), *cache), prefill_out
 
 
 THRESHOLDS = {

@@ -132,8 +132,8 @@ def locate(
 
 
 def definitions(tree: ast.Module, function: str, scope: str = "") -> list[ast.FunctionDef]:
-    """Every definition of `function` in `scope` (`siblings_in`), but the `@overload` stubs
-    before it: they only annotate (single_decode_with_kv_cache has two, for `return_lse`)."""
+    """Every definition of `function` in `scope` (`siblings_in`), but its `@overload` stubs: they
+    only annotate it (single_decode_with_kv_cache has two, for `return_lse`)."""
     return [
         n
         for n in siblings_in(tree, scope)

@@ -907,7 +907,7 @@ def _attention(f):
 
     one_decode = ("fi_patch.single_decode_with_kv_cache",)
     one_prefill = ("fi_patch.single_prefill_with_kv_cache",)
-    return {
+    found = {
         "single_decode_with_kv_cache in a traced frame": Case(
             lambda q, k, v: f.single_decode_with_kv_cache(q, k, v) * 2, decode, one_decode
         ),
@@ -958,6 +958,16 @@ def _attention(f):
             (*one_prefill, *one_prefill, "fi_patch_declared.merge_state"),
         ),
     }
+    if _has(f.single_prefill_with_kv_cache, "v_scale"):
+        # A tensor where the op takes a number (0.6.10 on): the function's own body is traced,
+        # as unpatched (a graph break at its module's build), and the call runs eagerly.
+        found["single_prefill_with_kv_cache with a tensor v_scale"] = Case(
+            lambda q, k, v, s: f.single_prefill_with_kv_cache(q, k, v, v_scale=s) + 1,
+            lambda: [*prefill(), torch.full((), 0.5)],
+            (),
+            fullgraph=False,
+        )
+    return found
 
 
 def _cascade(f):

@@ -686,11 +686,14 @@ def _single_decode(q, k, v, tmp, o, lse, layout, window_left, alibi, soft_cap, s
 
 
 def _single_prefill(q, k, v, tmp, o, lse, mask_mode, layout, window_left, mask, alibi, *rest):
-    # From 0.6.10 the KV cache's scale factors come next (None: the op carries no others).
-    if rest and not isinstance(rest[0], float):
+    # From 0.7.0 the KV cache's scale factors come next (None: the op carries no others), before
+    # the soft cap, the scale and rope's two.
+    if len(rest) == 6:
         scales, rest = rest[:2], rest[2:]
         if any(s is not None for s in scales):
             raise NotImplementedError("the CPU attention has no KV cache scale factors")
+    if len(rest) != 4:
+        raise NotImplementedError("the CPU attention knows no such prefill module")
     soft_cap, sm_scale = rest[0], rest[1]
     _plain(window_left, soft_cap, alibi)
     if mask is not None or mask_mode not in (0, 1):

@@ -72,6 +72,7 @@ class _FiPatchBoundary(object):
         self.writes: "Tuple[str, ...]" = ()
         self.listed = False
         self.returns = 1
+        self.kinds: "Dict[str, Any]" = {}
 
 
 # A parameter the caller must pass: it has no default.
@@ -259,6 +260,9 @@ def _fi_patch_parameter(
         kind = typing.Optional[torch.Tensor]
     if _fi_patch_is_tuple(annotation):
         entry.tuples += (name,)
+    plain = typing.get_args(kind)[0] if typing.get_origin(kind) is typing.Union else kind
+    if plain in (int, float, torch.Tensor):
+        entry.kinds[name] = plain
     return [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind)]
 
 
@@ -440,8 +444,10 @@ def _fi_patch_is_tuple(annotation: "Any") -> "bool":
 # a parameter the op leaves to its default raises TypeError while tracing, naming it: a fullgraph
 # compile stops there; any other runs that call eagerly. A call with another value of a
 # parameter the op carries one value of (`only`, None among them) is traced as the entry point's
-# own body, as unpatched. A pair is passed as its two tensors, a tensor alone as itself and None;
-# anything but a pair of two raises what Python's unpacking raises.
+# own body, as unpatched, and so is a call that passes a tensor where the op takes a number, or
+# a number where it takes a tensor (`kinds`: single_prefill_with_kv_cache's v_scale is annotated
+# a float, and a tensor scales as well eagerly). A pair is passed as its two tensors, a tensor
+# alone as itself and None; anything but a pair of two raises what Python's unpacking raises.
 def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
     name, names, defaults, positional = entry.name, entry.names, entry.defaults, entry.positional
     kept = [names.index(k) for k in entry.kept]
@@ -450,8 +456,10 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
     pairs = [names.index(p) for p in entry.pairs]
     flag = names.index(entry.flag) if entry.flag else -1
     only = [(names.index(k), v) for k, v in entry.only.items()]
-    # Another value of a parameter with one value: the entry point's own body is traced.
-    body = entry.fn if only else None
+    kinds = [(names.index(k), v) for k, v in entry.kinds.items()]
+    # Another value of a parameter with one value, or a value the op's schema cannot take: the
+    # entry point's own body is traced.
+    body = entry.fn
     # Errors name the function the caller called (the op may be named otherwise).
     called = getattr(entry.fn, "__name__", name)
     op = getattr(torch.ops.fi_patch, name)
@@ -464,7 +472,9 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
 
     def traced(*args: "Any", **kwargs: "Any") -> "Any":
         values = _fi_patch_boundary_bind(called, names, defaults, positional, args, kwargs)
-        if body is not None and any(_fi_patch_other(values[i], value) for i, value in only):
+        if any(_fi_patch_other(values[i], value) for i, value in only):
+            return body(*args, **kwargs)
+        if any(_fi_patch_mistyped(values[i], kind) for i, kind in kinds):
             return body(*args, **kwargs)
         for index in kept:
             if values[index] is not defaults[index]:
@@ -509,6 +519,14 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
     entry.traced = traced
     entry.ready = True
     _fi_patch_in_place(entry.fn, _fi_patch_routing(entry))
+
+
+# Whether a traced call's value is one the op's schema cannot take: a tensor for a number, or
+# anything but a tensor (or None) for a tensor. A SymInt or SymFloat is a number.
+def _fi_patch_mistyped(value: "Any", kind: "Any") -> "bool":
+    if kind is torch.Tensor:
+        return value is not None and not isinstance(value, torch.Tensor)
+    return isinstance(value, torch.Tensor)
 
 
 # Whether a traced call's value is another than the one the op carries (None: any value given).
@@ -1165,11 +1183,10 @@ def _fi_patch_fake_cutlass_moe(values: "Dict[str, Any]", rule: "str", check: "An
 # single_decode_with_kv_cache (flashinfer/decode.py), which the op asks for its lse too: out as the
 # function allocates it, torch.empty_like(q) ((num_qo_heads, head_dim), q's dtype and strides; with
 # use_tensor_cores, empty_like of q.unsqueeze(0) squeezed again, the same), and lse float32
-# (num_qo_heads,). FlashInfer's checks of pos_encoding_mode and kv_layout run first (KeyError, as
-# _check_pos_encoding_mode and _check_kv_layout raise, 0.2.6 on). The kernel, the workspace and
-# the alibi slopes run in the op. One rule: "allocated" (0.2.6 on).
+# (num_qo_heads,). FlashInfer's checks of pos_encoding_mode and kv_layout run first (KeyError).
+# The workspace, the alibi slopes and the kernel run in the op. One rule: "allocated" (0.2.6 on).
 def _fi_patch_fake_single_decode(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
-    _fi_patch_attention_modes(values)
+    _fi_patch_attention_modes(values, check)
     q = values["q"]
     return torch.empty_like(q), q.new_empty((q.shape[0],), dtype=torch.float32)
 
@@ -1182,7 +1199,7 @@ def _fi_patch_fake_single_decode(values: "Dict[str, Any]", rule: "str", check: "
 # and lse float32 (qo_len, num_qo_heads). The backend's choice (it asks the device), the packing of
 # custom_mask and the kernel run in the op. One rule: "allocated" (0.2.6 on).
 def _fi_patch_fake_single_prefill(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
-    _fi_patch_attention_modes(values)
+    _fi_patch_attention_modes(values, check)
     q, k, v = values["q"], values["k"], values["v"]
     if q.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         assert values["window_left"] == -1
@@ -1193,14 +1210,12 @@ def _fi_patch_fake_single_prefill(values: "Dict[str, Any]", rule: "str", check: 
     return out, q.new_empty((q.shape[0], q.shape[1]), dtype=torch.float32)
 
 
-# FlashInfer's _check_pos_encoding_mode and _check_kv_layout, the same in every release: a name of
-# PosEncodingMode and of TensorLayout.
-def _fi_patch_attention_modes(values: "Dict[str, Any]") -> "None":
-    mode, layout = values["pos_encoding_mode"], values["kv_layout"]
-    if mode not in ("NONE", "ROPE_LLAMA", "ALIBI"):
-        raise KeyError("Invalid pos_encoding_mode {}".format(mode))
-    if layout not in ("NHD", "HND"):
-        raise KeyError("Invalid kv_layout {}".format(layout))
+# FlashInfer's own _check_pos_encoding_mode and _check_kv_layout, as the attention functions run
+# them first: the patch names the second (`check`), and the first is its neighbour in
+# flashinfer/utils.py (every release).
+def _fi_patch_attention_modes(values: "Dict[str, Any]", check: "Any") -> "None":
+    check.__globals__["_check_pos_encoding_mode"](values["pos_encoding_mode"])
+    check(values["kv_layout"])
 
 
 # The checks of ClampedRelu2 (ActivationType.ClampedRelu2) from 0.7.2, those the device does not

@@ -45,10 +45,6 @@ def forms(torch, f, name):
         return _trtllm_moe(torch, f, name)
     if name == "cutlass_fused_moe":
         return _cutlass_fused_moe(torch, f)
-    if name == "single_decode_with_kv_cache":
-        return _single_decode(torch, fn)
-    if name == "single_prefill_with_kv_cache":
-        return _single_prefill(torch, fn)
     return None, None
 
 
@@ -912,6 +908,8 @@ FORMS = {
     "mm_fp4": _mm_fp4,
     "bmm_fp8": _bmm_fp8,
     "mm_fp8": _mm_fp8,
+    "single_decode_with_kv_cache": _single_decode,
+    "single_prefill_with_kv_cache": _single_prefill,
 }
 """Each entry point's call forms, by name (the quantizers' are in QUANTIZERS, the samplers'
 made by _sampling, the renorm samplers' (RENORMS) by _renorm)."""
@@ -1135,11 +1133,10 @@ def stand_ins(torch, name):
             "torch": _Hostless(torch),
         }
     if name in ("single_decode_with_kv_cache", "single_prefill_with_kv_cache"):
-        # The backend's choice asks the device; up to 0.2.6 the module getters are curried
-        # (get_single_prefill_module(backend)(...)).
+        # The backend's choice asks the device; up to 0.2.6 the prefill module's getter is
+        # curried (get_single_prefill_module(backend)(...)), which decode calls with tensor cores.
         return {
             "determine_attention_backend": lambda *args, **kwargs: "fa2",
-            "get_single_decode_module": Curried,
             "get_single_prefill_module": Curried,
         }
     if name not in ("mm_fp4", "bmm_fp8", "mm_fp8"):
