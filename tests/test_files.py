@@ -105,7 +105,7 @@ def test_the_bytecode_pip_left_is_written_for_each_new_text_and_back_on_revert(
     originals = {f: f.read_bytes() for f in files}
     assert fi_patch(runner, "apply", "--venv", venv, "--no-verify").code == ExitCode.OK
     changed = [f for f in files if f.read_bytes() != originals[f]]
-    assert len(changed) == 11
+    assert len(changed) == 13
     seen = loaded_bytecode(venv)
     for source in changed:
         assert pyc_flags(cached[source]) == CHECKED_HASH

@@ -12,7 +12,14 @@ from fi_patcher.options import Target
 from fi_patcher.plan import ApplyPlan, FilePlan, RevertFile, RevertPlan, Step, StepAction
 from fi_patcher.proofs import Preflight
 from fi_patcher.protocol import Done, Settlement, Write
-from fi_patcher.results import FileAction, FileOutcome, Outcome, PatchAction, PatchOutcome
+from fi_patcher.results import (
+    FileAction,
+    FileOutcome,
+    Outcome,
+    PatchAction,
+    PatchOutcome,
+    restored,
+)
 from fi_patcher.target import Inspection
 
 _ACTION: Mapping[StepAction, PatchAction] = {
@@ -182,7 +189,7 @@ def _reverted_file(
         message = (
             f"rebuilt {relpath} from its original with {', '.join(remaining)}"
             if remaining
-            else file.message or f"restored the original bytes of {relpath}"
+            else file.message or restored(relpath)
         )
         return FileOutcome(relpath, path, "reverted", remaining, message)
     if settlement == "rolled-back":

@@ -25,7 +25,7 @@ from fi_patcher.model import Assessment, Patch, PatchState, State
 from fi_patcher.options import Progress, Target, quiet
 from fi_patcher.proofs import Preflight, ProofReport
 from fi_patcher.registry import requirement_text, span
-from fi_patcher.results import Checked, Failed, Outcome, PatchOutcome, Result
+from fi_patcher.results import Checked, Failed, Outcome, PatchOutcome, Result, restored
 
 
 @dataclass
@@ -313,6 +313,9 @@ def _patch_lines(out: Console, result: Outcome, verbosity: Verbosity) -> None:
             alike = ", ".join(p.state.patch.id for p in result.patches if _group(p) == group)
             template = _GROUPED[patch.action]
             target = patch.state.patch.target
+            if patch.action == "reverted" and patch.message == restored(target):
+                # As apply names a file: the closing line says they hold their original bytes.
+                template = "reverted {file}: {ids}"
             _paragraph(
                 out, template.format(file=target, ids=alike, message=patch.message), style=style
             )
@@ -406,7 +409,10 @@ def _done(out: Console, result: Outcome, verbosity: Verbosity) -> None:
         _paragraph(out, said, style="green")
     elif reverted:
         files = "file" if len(reverted) == 1 else "files"
-        _paragraph(out, f"reverted {len(reverted)} {files}", style="green")
+        said = f"reverted {len(reverted)} {files}"
+        if all(f.message == restored(f.relpath) for f in reverted):
+            said = f"restored the original bytes of {len(reverted)} {files}"
+        _paragraph(out, said, style="green")
     elif (
         result.failure is None
         and not result.files
@@ -423,8 +429,8 @@ def _backups(out: Console, result: Outcome) -> None:
         files = "file" if len(kept) == 1 else "files"
         _paragraph(
             out,
-            f"original bytes of {len(kept)} {files} kept in {kept[0].parent} "
-            "(`revert` puts them back)",
+            f"original bytes of {len(kept)} {files} kept (`revert` puts them back) in "
+            f"{kept[0].parent}",
         )
 
 

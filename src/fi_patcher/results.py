@@ -74,6 +74,11 @@ class PatchOutcome:
     write)."""
 
 
+def restored(relpath: str) -> str:
+    """What a revert says of a file it gave its original bytes again (not rebuilt with others)."""
+    return f"restored the original bytes of {relpath}"
+
+
 @dataclass(frozen=True)
 class FileOutcome:
     """What a command did to one file."""

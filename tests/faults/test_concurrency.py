@@ -16,7 +16,15 @@ from tests.conftest import MakeVenv
 from tests.faults.support import sha256
 from tests.support.cli import fi_patch, patch_result, state_of
 from tests.support.expected import expected
-from tests.support.releases import FP4_OLD, RELEASES, TARGET, UTILS, released_text
+from tests.support.releases import (
+    DECODE,
+    FP4_OLD,
+    PREFILL,
+    RELEASES,
+    TARGET,
+    UTILS,
+    released_text,
+)
 from tests.support.venvs import target_file
 
 VERSION = "0.5.0"
@@ -42,9 +50,11 @@ def test_eight_concurrent_applies_write_once(runner: CliRunner, venv_with: MakeV
     compile(target_file(venv).read_bytes(), str(target_file(venv)), "exec")
     assert state_of(runner, venv) == ("patched", ExitCode.OK)
     # One backup per file written, each FlashInfer's original: cpp_ext.py, fp4_quantization.py
-    # for fp4-quantize-op-boundary, and utils.py for the declared-ops patches.
+    # for fp4-quantize-op-boundary, utils.py for the declared-ops patches, and decode.py and
+    # prefill.py for the single-request attention.
     backups = sorted(b.read_bytes() for b in (venv / ".fi-patch" / "backups").iterdir())
-    originals = [released_text(RELEASES[VERSION], f) for f in (TARGET, FP4_OLD, UTILS)]
+    written = (TARGET, FP4_OLD, UTILS, DECODE, PREFILL)
+    originals = [released_text(RELEASES[VERSION], f) for f in written]
     assert backups == sorted(originals)
 
 

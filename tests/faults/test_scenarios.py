@@ -31,10 +31,12 @@ from tests.support.releases import (
     API_LOGGING,
     CONCAT_OPS,
     CUDA,
+    DECODE,
     FP4,
     FP8_QUANT,
     GEMM,
     MOE_CORE,
+    PREFILL,
     RELEASES,
     ROUTING_DSV3,
     SAMPLING,
@@ -298,17 +300,17 @@ def test_a_future_release_whose_record_lacks_the_file(
 def test_future_release_without_any_patched_file(runner: CliRunner, venv_with: MakeVenv) -> None:
     venv = venv_with("0.7.4")
     files = (TARGET, FP4, UTILS, ACTIVATION, GEMM, FP8_QUANT, SAMPLING, API_LOGGING)
-    _release_as(venv, "0.8.0", *files, CONCAT_OPS, ROUTING_DSV3, MOE_CORE)
+    _release_as(venv, "0.8.0", *files, CONCAT_OPS, ROUTING_DSV3, MOE_CORE, DECODE, PREFILL)
     for command in ("check", "apply"):
         expect(
             fi_patch(runner, command, "--venv", venv),
             ExitCode.UNSUPPORTED,
             "flashinfer-python 0.8.0 is outside every known range, and has none of the files",
             "flashinfer/activation.py, flashinfer/api_logging.py, flashinfer/concat_ops.py, "
-            "flashinfer/fp4_quantization.py, flashinfer/fused_moe/core.py, "
+            "flashinfer/decode.py, flashinfer/fp4_quantization.py, flashinfer/fused_moe/core.py, "
             "flashinfer/fused_moe/fused_routing_dsv3.py, "
             "flashinfer/gemm/gemm_base.py, flashinfer/jit/cpp_ext.py, "
-            "flashinfer/quantization/fp4_quantization.py, "
+            "flashinfer/prefill.py, flashinfer/quantization/fp4_quantization.py, "
             "flashinfer/quantization/fp8_quantization.py, flashinfer/sampling.py, "
             "flashinfer/utils.py",
             "install a release inside the known ranges",
