@@ -41,6 +41,8 @@ from tests.support.releases import (
     RELEASES,
     SILU,
     SILU_EXPERTS,
+    SINGLE_DECODE,
+    SINGLE_PREFILL,
     TARGET,
     TOP_K_RENORM,
     TOP_P_RENORM,
@@ -69,6 +71,8 @@ PRE_RELEASES = {
         TOP_K_RENORM,
         TOP_P_RENORM,
         TOPK_DEEPSEEK,
+        SINGLE_DECODE,
+        SINGLE_PREFILL,
     ),
     "0.7.2rc6": (LOGGING, CUDA, DECLARED, DECLARED_FAKE, UNDER_COMPILE, *BOUNDARIES),
 }

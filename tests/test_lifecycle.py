@@ -163,8 +163,8 @@ def test_not_applicable_release(runner: CliRunner, venv_with: MakeVenv, version:
     assert run.code == ExitCode.OK
     # apply names the patches with nothing to do on one line; check says why, once each.
     said = " ".join(run.stdout.split())
-    (idle,) = re.findall(r"not applicable to [^:]*: [a-z0-9, -]*", said)
-    assert idle.startswith(f"not applicable to flashinfer-python {version} (`fi-patch check`")
+    (idle,) = re.findall(r"not applicable here [^:]*: [a-z0-9, -]*", said)
+    assert idle.startswith("not applicable here (`fi-patch check`")
     assert "cuda-version-torch-first" in idle and "fp4-quantize-op-boundary" in idle
     assert "nothing to patch" not in run.text
     checked = fi_patch(runner, "check", "--venv", venv)

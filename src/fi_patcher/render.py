@@ -440,10 +440,9 @@ def _not_applicable(out: Console, result: Outcome, verbosity: Verbosity) -> None
     idle = [p.state.patch.id for p in result.patches if p.action == "not-applicable"]
     if not idle or verbosity.verbose:
         return
-    release = result.assessment.installed
-    of = f" to {release.name} {release.version}" if release is not None else ""
+    # "here": the release is named at the top of the target's block.
     _paragraph(
-        out, f"not applicable{of} (`fi-patch check` says why): {', '.join(idle)}", style="cyan"
+        out, f"not applicable here (`fi-patch check` says why): {', '.join(idle)}", style="cyan"
     )
 
 
