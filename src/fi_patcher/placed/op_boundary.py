@@ -445,9 +445,10 @@ def _fi_patch_is_tuple(annotation: "Any") -> "bool":
 # compile stops there; any other runs that call eagerly. A call with another value of a
 # parameter the op carries one value of (`only`, None among them) is traced as the entry point's
 # own body, as unpatched, and so is a call that passes a tensor where the op takes a number, or
-# a number where it takes a tensor (`kinds`: single_prefill_with_kv_cache's v_scale is annotated
-# a float, and a tensor scales as well eagerly). A pair is passed as its two tensors, a tensor
-# alone as itself and None; anything but a pair of two raises what Python's unpacking raises.
+# anything but a tensor where it takes one (`kinds`: single_prefill_with_kv_cache's v_scale is
+# annotated a float, and a tensor scales as well eagerly). A pair is passed as its two tensors, a
+# tensor alone as itself and None; anything but a pair of two raises what Python's unpacking
+# raises.
 def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
     name, names, defaults, positional = entry.name, entry.names, entry.defaults, entry.positional
     kept = [names.index(k) for k in entry.kept]
