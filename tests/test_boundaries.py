@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from tests.support.deps import CUDA_TORCH, shared, use
 from tests.support.expected import PATCHES
 from tests.support.releases import (
     ACTIVATION,
+    BATCH_DECODE,
     BATCHED,
     BMM_FP8,
     BOUNDARIES,
@@ -118,6 +120,7 @@ ENTRY_POINTS = {
     CUTLASS_MOE: "cutlass_fused_moe",
     SINGLE_DECODE: "single_decode_with_kv_cache",
     SINGLE_PREFILL: "single_prefill_with_kv_cache",
+    BATCH_DECODE: "batch_decode_with_paged_kv_cache_run",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -172,6 +175,12 @@ PROVEN = {
         "positional, causal by keyword, return_lse, HND with o_dtype float16, a value head dim "
         "of its own, FP8 with o_dtype, a dynamic query length",
         "an unknown kv_layout, FP8 with a sliding window",
+    ),
+    "batch_decode_with_paged_kv_cache_run": (
+        "the cache one tensor, positionally, a (k, v) pair, return_lse, out and lse given, out "
+        "given, lse asked for, HND, o_data_type float16, a dynamic batch, forward() with "
+        "sm_scale and logits_soft_cap, as SGLang calls it, forward_return_lse()",
+        "a cache in a list",
     ),
     # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
     # first; the top-k pair keeps the input's dtype and refuses float64.
@@ -354,12 +363,20 @@ BEFORE["trtllm_mxint4_block_scale_routed_moe"] = (
 
 
 def test_each_patch_names_its_entry_point_and_an_op_of_the_same_name() -> None:
-    """The proof finds the entry point by the patch's id: op-NAME, NAME with dashes."""
+    """The proof finds the entry point by the patch's id: op-NAME, NAME with dashes; a method's
+    NAME is its class's in snake case without `Wrapper`, then its own
+    (batch_decode_with_paged_kv_cache_run for BatchDecodeWithPagedKVCacheWrapper.run, as
+    FlashInfer named its own ops once: batch_prefill_with_paged_kv_cache_run)."""
     for patch_id in BOUNDARIES:
         patch = PATCHES[patch_id]
         assert isinstance(patch.operation, Boundary)
-        assert patch.function == ENTRY_POINTS[patch_id] == patch.operation.op
-        assert patch_id == "op-" + patch.function.replace("_", "-")
+        name = patch.function
+        if patch.operation.method:
+            words = r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"
+            held = re.sub(words, "_", patch.scope.removesuffix("Wrapper")).lower()
+            name = held + "_" + patch.function
+        assert name == ENTRY_POINTS[patch_id] == patch.operation.op
+        assert patch_id == "op-" + name.replace("_", "-")
         assert patch.requires.patches == (DECLARED,)
 
 
@@ -658,6 +675,7 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         TRTLLM_FP8_TENSOR_ROUTED: "0.6.17",
         TRTLLM_MXINT4_ROUTED: "0.6.13",
         CUTLASS_MOE: "0.6.8",
+        BATCH_DECODE: "0.6.0",
     }
     boundaries = [p for p in BOUNDARIES if Version(version) >= Version(since.get(p, "0"))]
 

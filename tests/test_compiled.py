@@ -46,6 +46,7 @@ FAMILIES = (
     "rope",
     "cascade",
     "attention",
+    "wrappers",
     "paging",
     "sampling",
     "quantizers",
@@ -193,3 +194,29 @@ def test_every_op_fi_patch_registers_is_in_a_case(
     found = json.loads(completed.stdout.strip().splitlines()[-1])
     assert len(found["registered"]) >= 30, found
     assert set(found["registered"]) - set(found["held"]) == set()
+
+
+def test_a_wrapper_s_run_keeps_its_own_plan_errors_and_key(applied: Applied) -> None:
+    """BatchDecodeWithPagedKVCacheWrapper.run on 0.7.4 (tests/in_target/wrappers.py): a run()
+    without plan() raises FlashInfer's own error compiled as eagerly; an eager run() dispatches
+    no op of fi-patch's; each wrapper's key is new, even after one is let go (an id() would come
+    back); and one compiled function called with one wrapper, another and the first again gives
+    each its own result, from two graphs."""
+    venv = applied("0.7.4", "2.14.1")
+    completed = subprocess.run(
+        [python_of(venv), IN_TARGET / "wrappers.py"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache("0.7.4", "2.14.1"))},
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    found = json.loads(completed.stdout.strip().splitlines()[-1])
+    eager, compiled_ = found["unplanned"]
+    assert eager.startswith("AttributeError: ") and "_cached_" in eager
+    assert compiled_ == eager
+    assert found["eager ops"] == []
+    keys = found["keys"]
+    assert keys == sorted(set(keys)) and len(keys) == 4
+    assert (found["graphs"], found["equal"]) == (2, [True, True, True])

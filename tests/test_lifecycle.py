@@ -25,6 +25,7 @@ from tests.support.expected import expected, files_of, target_of
 from tests.support.releases import (
     ACTIVATION,
     API_LOGGING,
+    BATCH_DECODE,
     BATCHED,
     BOUNDARIES,
     CONCAT,
@@ -233,7 +234,8 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
         (TRTLLM_MXINT4_ROUTED, "0.6.13"),
     ]
     assert [(p["id"], p["shape"]) for p in records[DECODE]["patches"]] == [
-        (SINGLE_DECODE, "0.6.10")
+        (BATCH_DECODE, "0.6.18"),
+        (SINGLE_DECODE, "0.6.10"),
     ]
     assert [(p["id"], p["shape"]) for p in records[PREFILL]["patches"]] == [
         (SINGLE_PREFILL, "0.6.18")

@@ -9,8 +9,9 @@ Run it with the target environment's own python, after `fi-patch apply` there:
 (`make gpu-check TARGET=/root/ml-env` runs it after the other GPU scripts.) For each entry point an
 op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantizers, the samplers with
 seed and offset given, the renorm samplers on bfloat16 input, concat_mla_k, fused_topk_deepseek,
-trtllm_fp4_block_scale_moe into output=, SM100 only, single_decode_with_kv_cache and
-single_prefill_with_kv_cache),
+trtllm_fp4_block_scale_moe into output=, SM100 only, single_decode_with_kv_cache,
+single_prefill_with_kv_cache, and BatchDecodeWithPagedKVCacheWrapper.run after plan(), with
+use_cuda_graph=True too),
 called without and with `out=` where it takes it, it compares `torch.compile(fullgraph=True)` (the
 default backend, Inductor) with the eager call, bit for bit; then captures the compiled function in
 a CUDA graph, replays it on new input, and compares again.
@@ -136,6 +137,7 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
     yield from samplers(torch, f)
     yield from mla(torch, f, t)
     yield from attention(f, t)
+    yield from wrappers(torch, f, t)
     yield from moe_routing(torch, f)
     yield from fused_moe(torch, f)
 
@@ -200,6 +202,44 @@ def attention(f, t):  # type: ignore[no-untyped-def]
     name = "single_prefill_with_kv_cache"
     yield name + ", causal, return_lse", name, (lambda: t(256, 32, 128), *cache), prefill
     yield name + ", causal", name, (lambda: t(256, 32, 128), *cache), prefill_out
+
+
+def wrappers(torch, f, t):  # type: ignore[no-untyped-def]
+    """The decode wrapper's run() after plan(), planned once before the compiled calls and the
+    capture, as engines plan a batch: 16 requests of 32 query heads over 8 KV heads of 128, in
+    pages of 16 out of order (64 to 1024 tokens each), with its lse and without, a wrapper made
+    with use_cuda_graph=True (its page table in buffers of its own), as engines capture it, and
+    the deprecated forward() with a scale of its own, as SGLang calls it."""
+    name = "batch_decode_with_paged_kv_cache_run"
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(64, 1025, (16,), generator=generator)
+    pages = (lengths + 15) // 16
+    total = int(pages.sum())
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int64), pages.cumsum(0)]).int().cuda()
+    indices = torch.randperm(total, generator=generator).int().cuda()
+    last = ((lengths - 1) % 16 + 1).int().cuda()
+
+    def workspace():  # type: ignore[no-untyped-def]
+        return torch.empty(128 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+
+    plain = f.BatchDecodeWithPagedKVCacheWrapper(workspace(), "NHD")
+    graphed = f.BatchDecodeWithPagedKVCacheWrapper(
+        workspace(),
+        "NHD",
+        use_cuda_graph=True,
+        paged_kv_indptr_buffer=indptr.clone(),
+        paged_kv_indices_buffer=indices.clone(),
+        paged_kv_last_page_len_buffer=last.clone(),
+    )
+    for wrapper in (plain, graphed):
+        wrapper.plan(indptr, indices, last, 32, 8, 128, 16, q_data_type=torch.bfloat16)
+    inputs = (lambda: t(16, 32, 128), lambda: t(total, 2, 16, 8, 128))
+    yield name + ", return_lse", name, inputs, lambda q, kv: plain.run(q, kv, return_lse=True)
+    yield name, name, inputs, lambda q, kv: (plain.run(q, kv),)
+    yield name + ", use_cuda_graph=True", name, inputs, lambda q, kv: (graphed.run(q, kv),)
+    # SGLang's call: the deprecated forward(), which sets the scale on the wrapper first.
+    forward = "batch_decode_with_paged_kv_cache_forward"
+    yield forward, forward, inputs, lambda q, kv: (plain.forward(q, kv, sm_scale=0.1),)
 
 
 THRESHOLDS = {

@@ -90,7 +90,7 @@ def take_out(text: str, patch: Patch, shape: Shape) -> str | None:
     lines = re.findall(r"[^\n]*\n|[^\n]+\Z", text)
     indent = _indent(lines[found.start - 1])
     snippet = _dedented("".join(lines[found.start - 1 : end]), indent)
-    if snippet is None or not _same_statements(snippet, [node, *after_node]):
+    if snippet is None or not _same_statements(snippet, [node, *after_node], indent):
         return None
     module = cst.parse_module(snippet)
     definition, *after = module.body
@@ -149,7 +149,7 @@ def _rewrite(text: str, patch: Patch, matched: Match, tool_version: str) -> str 
     start, end = matched.found.start - 1, matched.found.end
     indent = _indent(lines[start])
     snippet = _dedented("".join(lines[start:end]), indent)
-    if snippet is None or not _same_statements(snippet, [matched.node]):
+    if snippet is None or not _same_statements(snippet, [matched.node], indent):
         return Unrecognised(f"{patch.id}: cannot cut {patch.function} out of its lines")
     module = cst.parse_module(snippet)
     (definition,) = module.body
@@ -162,13 +162,17 @@ def _rewrite(text: str, patch: Patch, matched: Match, tool_version: str) -> str 
     return "".join(lines[:start]) + spliced + "".join(lines[end:])
 
 
-def _same_statements(snippet: str, nodes: Sequence[ast.stmt]) -> bool:
+def _same_statements(snippet: str, nodes: Sequence[ast.stmt], indent: str = "") -> bool:
     """The lines cut out hold exactly the statements `ast` found (a lone CR, say, would shift
-    them)."""
+    them). Lines cut out of a block are read indented as they were, under an `if` of their own:
+    a method's docstring keeps its indentation in its value."""
+    text = "if True:\n" + _indented(snippet, indent) if indent else snippet
     try:
-        cut = parse_module(snippet).body
+        cut = parse_module(text).body
     except SyntaxError:
         return False
+    if indent:
+        cut = cut[0].body  # type: ignore[attr-defined]
     return [ast.dump(n) for n in cut] == [ast.dump(n) for n in nodes]
 
 

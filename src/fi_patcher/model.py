@@ -123,6 +123,17 @@ class Boundary:
     """The function returns its outputs in a list (trtllm_fp4_block_scale_moe one,
     cutlass_fused_moe four): the op returns the tensors, and the routing function gives the list
     back; its out op returns those beside the out parameter, the list's first."""
+    method: bool = False
+    """The function is a method of the class the patch's `scope` names (run() of the batch
+    attention wrappers): the call goes in the class body, rebinds the method and the class's
+    `__init__` (which gives each wrapper its key), and the op carries the wrapper's key. The flag
+    (`returns_when`) is passed on as given, and the op returns a list: the first output alone, or
+    all `returns`."""
+    aliases: tuple[tuple[str, int], ...] = ()
+    """For a method: the class's other methods that set the wrapper's state and call it (the
+    decode wrapper's deprecated `forward`, which SGLang calls, and `forward_return_lse`), each
+    with how many outputs it returns: each gets an op of its own, whose body is that method,
+    routed when the class's first wrapper is made (the class then holds them all)."""
 
     UNCAPTURABLE = ("none", "true")
 
@@ -145,13 +156,32 @@ class Boundary:
         return "(" + "".join(f'"{name}", ' for name in names).rstrip() + ")"
 
     def statements(self, function: str, rule: str) -> str:
-        """The module-level statements placed after `function`, for the shape's rule."""
+        """The statements placed after `function`, for the shape's rule: at module level, or in
+        the class body for a method."""
+        if self.method:
+            aliases = ", ".join(f'("{a}", {n})' for a, n in self.aliases)
+            return (
+                "from flashinfer import utils as _fi_patch_utils\n\n"
+                'if hasattr(_fi_patch_utils, "_fi_patch_boundary_method"):\n'
+                f"    {function}, __init__ = _fi_patch_utils._fi_patch_boundary_method(\n"
+                f'        {function}, __init__, "{self.op}", fake="{self.fake}", rule="{rule}", '
+                f'out="{self.out}", returns={self.returns}'
+                + self._keywords()
+                + (f",\n        aliases=({aliases},)" if self.aliases else "")
+                + "\n    )\ndel _fi_patch_utils\n"
+            )
         return (
             "from flashinfer import utils as _fi_patch_utils\n\n"
             'if hasattr(_fi_patch_utils, "_fi_patch_boundary"):\n'
             "    _fi_patch_utils._fi_patch_boundary(\n"
             f'        {function}, "{self.op}", fake="{self.fake}", rule="{rule}", '
-            f'out="{self.out}", returns={self.returns}'
+            f'out="{self.out}", returns={self.returns}' + self._keywords() + "\n    )\n"
+        )
+
+    def _keywords(self) -> str:
+        """The call's keyword arguments after `returns`, those that are not their default."""
+        return (
+            ""
             + (f',\n        check="{self.check}"' if self.check else "")
             + (f",\n        types={self._dict(self.types)}" if self.types else "")
             + (f',\n        returns_when="{self.returns_when}"' if self.returns_when else "")
@@ -163,7 +193,6 @@ class Boundary:
             )
             + (f",\n        writes={self._tuple(self.writes)}" if self.writes else "")
             + (",\n        listed=True" if self.listed else "")
-            + "\n    )\n"
         )
 
 

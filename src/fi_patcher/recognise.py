@@ -105,8 +105,14 @@ def recognise_in(
 
 
 def _bounded(tree: ast.Module, node: ast.stmt) -> bool:
-    """Whether one of the two statements right after `node` calls fi-patch's op boundary."""
-    return any("_fi_patch_boundary" in ast.dump(s) for s in following(tree, node)[:2])
+    """Whether one of the two statements right after `node` calls fi-patch's op boundary: an
+    `if` or an import, not a class or function that holds such a call in its body (a wrapper
+    class after single_decode_with_kv_cache holds its run()'s)."""
+    return any(
+        not isinstance(s, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and "_fi_patch_boundary" in ast.dump(s)
+        for s in following(tree, node)[:2]
+    )
 
 
 def locate(
@@ -155,8 +161,8 @@ def siblings_in(tree: ast.Module, scope: str) -> list[ast.stmt]:
     the else branches of top-level `if` statements (flashinfer/utils.py defines
     register_custom_op once for an old torch and once, in the else branch, for torch >= 2.4); or
     a dotted path of the functions that hold it (`flashinfer_api.decorator`: the wrapper
-    FlashInfer's API logging returns). Empty where a function of the path is not there exactly
-    once."""
+    FlashInfer's API logging returns) or classes (`BatchDecodeWithPagedKVCacheWrapper`: its
+    methods). Empty where a function or class of the path is not there exactly once."""
     if not scope:
         return list(tree.body)
     if scope == "else":
@@ -165,7 +171,9 @@ def siblings_in(tree: ast.Module, scope: str) -> list[ast.stmt]:
         raise ValueError(f"unknown scope {scope!r}")
     block: list[ast.stmt] = list(tree.body)
     for name in scope.split("."):
-        held = [n for n in block if isinstance(n, ast.FunctionDef) and n.name == name]
+        held = [
+            n for n in block if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name
+        ]
         if len(held) != 1:
             return []
         block = list(held[0].body)
@@ -173,7 +181,8 @@ def siblings_in(tree: ast.Module, scope: str) -> list[ast.stmt]:
 
 
 def nested(scope: str) -> bool:
-    """Whether `scope` is a dotted path of functions (`flashinfer_api.decorator`)."""
+    """Whether `scope` is a dotted path of functions and classes (`flashinfer_api.decorator`,
+    `BatchDecodeWithPagedKVCacheWrapper`)."""
     return scope != "else" and all(part.isidentifier() for part in scope.split("."))
 
 
@@ -183,7 +192,8 @@ def scope_words(scope: str) -> str:
         return "top level"
     if scope == "else":
         return "the else branch of a top-level if"
-    return f"function {scope}"
+    # A class's name starts with a capital letter (FlashInfer's are all CamelCase).
+    return f"{'class' if scope.split('.')[-1][:1].isupper() else 'function'} {scope}"
 
 
 def following(tree: ast.Module, node: ast.stmt) -> list[ast.stmt]:

@@ -127,6 +127,8 @@ def _parse_operation(data: dict[str, Any], declarations: Sequence[Declaration]) 
             tuple(data.get("uncapturable", {}).items()),
             tuple(data.get("writes", ())),
             _flag(data.get("listed", False), "listed"),
+            _flag(data.get("method", False), "method"),
+            tuple((alias, int(count)) for alias, count in data.get("aliases", {}).items()),
         )
     raise KeyError(f"operation kind {kind!r}")
 
@@ -260,6 +262,20 @@ def _parse_shape(data: dict[str, Any]) -> Shape:
     )
 
 
+def _method_problems(patch: Patch, boundary: Boundary) -> list[str]:
+    """A method's boundary: its class (`scope`), and the methods that call it (`aliases`)."""
+    problems = []
+    if boundary.method and (boundary.listed or boundary.uncapturable or not patch.scope):
+        problems.append("method = true takes a scope (the class) and no listed or uncapturable")
+    if boundary.aliases and not boundary.method:
+        problems.append("aliases take method = true")
+    return problems + [
+        f"aliases: {a} = {n} is not a method's name and 1 to {boundary.returns} outputs"
+        for a, n in boundary.aliases
+        if not (a.isidentifier() and 1 <= n <= boundary.returns)
+    ]
+
+
 def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
     problems = [f"shape {s.name} names no rule for its fake" for s in patch.shapes if not s.text]
     rules = boundary_rules()
@@ -285,6 +301,7 @@ def _boundary_problems(patch: Patch, boundary: Boundary) -> list[str]:
     # The uncapturable op declares nothing written: a call it takes would write undeclared.
     if boundary.writes and boundary.uncapturable:
         problems.append("writes = [...] takes no uncapturable")
+    problems += _method_problems(patch, boundary)
     if boundary.listed and (boundary.returns < 1 or boundary.returns_when):
         problems.append("listed = true needs returns of 1 or more, and no returns_when")
     problems += [
@@ -380,7 +397,8 @@ def _validate(name: str, patch: Patch) -> None:
     problems += _declaration_problems(patch.declarations)
     if patch.scope not in ("", "else") and not nested(patch.scope):
         problems.append(
-            f"scope {patch.scope!r} is not top level (''), 'else' or a dotted path of functions"
+            f"scope {patch.scope!r} is not top level (''), 'else' or a dotted path of functions "
+            "and classes"
         )
     names = {s.name for s in patch.shapes}
     for case in patch.cases:

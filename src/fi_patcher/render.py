@@ -63,13 +63,14 @@ def usage(err: Console, line: str, command: str) -> None:
 
 
 def environment(out: Console, target: Target, assessment: Assessment) -> None:
+    """The environment and the release installed there, on one line."""
     interpreter = target.interpreter
+    installed = assessment.installed
+    release = f": {installed.name} {installed.version}" if installed is not None else ""
     out.print(
         f"environment {interpreter.prefix} (python {interpreter.python_version}, "
-        f"chosen by {target.chosen_by})"
+        f"chosen by {target.chosen_by}){release}"
     )
-    if assessment.installed is not None:
-        out.print(f"{assessment.installed.name} {assessment.installed.version}")
 
 
 _STATE_STYLE = {

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import kernels
 import torch
 
 
@@ -70,6 +71,7 @@ def families(f):
             ("rope", _rope),
             ("cascade", _cascade),
             ("attention", _attention),
+            ("wrappers", _wrappers),
             ("paging", _paging),
             ("sampling", _sampling),
             ("quantizers", _quantizers),
@@ -968,6 +970,102 @@ def _attention(f):
             fullgraph=False,
         )
     return found
+
+
+def _wrappers(f):
+    """run() of BatchDecodeWithPagedKVCacheWrapper after plan(), planned eagerly as engines plan
+    once per batch, outside the compiled function (the constructor's pinned buffers stood in): 4
+    requests of 32 query heads over 8 KV heads of 128 in pages of 16, their pages out of order.
+    The cache as one tensor, as a (k, v) pair with return_lse, with out and lse given, HND, into
+    plan()'s o_data_type float16, over a cache that grows between calls (its page count
+    dynamic), through the deprecated forward() twice with two scales (SGLang's call) and
+    forward_return_lse(), and two wrappers planned differently in one model, each with its own
+    result."""
+    order = [7, 2, 9, 0, 4, 1, 8, 3, 6, 5]
+
+    def planned(kv_layout="NHD", pages=(1, 2, 3, 4), last=(1, 1, 8, 16), **more):
+        with kernels.unpinned():
+            workspace = torch.empty(1024 * 1024, dtype=torch.uint8)
+            wrapper = f.BatchDecodeWithPagedKVCacheWrapper(workspace, kv_layout)
+        indptr = torch.tensor([0, *pages], dtype=torch.int32).cumsum(0, dtype=torch.int32)
+        indices = torch.tensor(order[: sum(pages)], dtype=torch.int32)
+        bf16 = torch.bfloat16
+        wrapper.plan(
+            indptr,
+            indices,
+            _i32(*last),
+            32,
+            8,
+            128,
+            16,
+            q_data_type=bf16,
+            kv_data_type=bf16,
+            **more,
+        )
+        return wrapper
+
+    def inputs(pages=10, hnd=False, seed=0):
+        shape = (pages, 2, 8, 16, 128) if hnd else (pages, 2, 16, 8, 128)
+        return [_random(4, 32, 128, seed=seed), _random(*shape, seed=seed + 1)]
+
+    nhd, hnd, halves = planned(), planned("HND"), planned(o_data_type=torch.float16)
+    other = planned(pages=(4, 3, 2, 1), last=(16, 5, 16, 2))
+    out = ("fi_patch.batch_decode_with_paged_kv_cache_run",)
+    written = ("fi_patch.batch_decode_with_paged_kv_cache_run_out",)
+    forward = "fi_patch.batch_decode_with_paged_kv_cache_forward"
+    lse_forward = ("fi_patch.batch_decode_with_paged_kv_cache_forward_return_lse",)
+
+    def into(q, kv, o, lse):
+        return nhd.run(q, kv, out=o, lse=lse, return_lse=True)
+
+    return {
+        "BatchDecodeWithPagedKVCacheWrapper.run, the cache one tensor": Case(
+            lambda q, kv: nhd.run(q, kv) * 2, inputs, out
+        ),
+        "BatchDecodeWithPagedKVCacheWrapper.run, a (k, v) pair with return_lse": Case(
+            lambda q, kv: nhd.run(q, (kv[:, 0], kv[:, 1]), return_lse=True), inputs, out
+        ),
+        "BatchDecodeWithPagedKVCacheWrapper.run, out and lse given": Case(
+            into,
+            lambda: [*inputs(), torch.zeros(4, 32, 128, dtype=torch.bfloat16), torch.zeros(4, 32)],
+            written,
+            written=(2, 3),
+        ),
+        "BatchDecodeWithPagedKVCacheWrapper.run, out given and lse asked for": Case(
+            lambda q, kv, o: nhd.run(q, kv, out=o, return_lse=True),
+            lambda: [*inputs(), torch.zeros(4, 32, 128, dtype=torch.bfloat16)],
+            written,
+            written=(2,),
+        ),
+        "BatchDecodeWithPagedKVCacheWrapper.run, HND": Case(
+            lambda q, kv: hnd.run(q, kv) + 1, lambda: inputs(hnd=True), out
+        ),
+        "BatchDecodeWithPagedKVCacheWrapper.run into plan()'s o_data_type float16": Case(
+            lambda q, kv: halves.run(q, kv), inputs, out
+        ),
+        "BatchDecodeWithPagedKVCacheWrapper.run over a cache that grows": Case(
+            lambda q, kv: nhd.run(q, kv) - 1,
+            inputs,
+            out,
+            mark_dynamic=((1, 0),),
+            again=(lambda: inputs(pages=13, seed=5),),
+        ),
+        # SGLang's call: forward() sets the scales on the wrapper, then runs. Twice with two
+        # scales: each op must run with its own (traced, the stores would land after the graph).
+        "BatchDecodeWithPagedKVCacheWrapper.forward twice with two sm_scales, as SGLang calls it": (
+            Case(
+                lambda q, kv: nhd.forward(q, kv, sm_scale=0.1) + nhd.forward(q, kv, sm_scale=0.2),
+                inputs,
+                (forward, forward),
+            )
+        ),
+        "BatchDecodeWithPagedKVCacheWrapper.forward_return_lse": Case(
+            lambda q, kv: nhd.forward_return_lse(q, kv, sm_scale=0.05), inputs, lse_forward
+        ),
+        "two BatchDecodeWithPagedKVCacheWrappers planned differently in one model": Case(
+            lambda q, kv: nhd.run(q, kv) + other.run(q, kv, return_lse=True)[0], inputs, out * 2
+        ),
+    }
 
 
 def _cascade(f):

@@ -704,9 +704,41 @@ def _single_prefill(q, k, v, tmp, o, lse, mask_mode, layout, window_left, mask, 
         lse.copy_(logsumexp)
 
 
+def _paged(cache, pages, layout):
+    """The pages of a (k or v) cache, in order, as (tokens, heads, dim): layout 0 is NHD (pages,
+    page_size, heads, dim), 1 HND (pages, heads, page_size, dim)."""
+    held = cache[pages]
+    held = held if layout == 0 else held.transpose(1, 2)
+    return held.reshape(-1, *held.shape[2:])
+
+
+def _batch_decode_plan(*args, **kwargs):
+    """plan_info: the CPU kernel reads the wrapper's indptr, indices and last page lengths."""
+    return [0]
+
+
+def _batch_decode(fws, iws, plan_info, q, k, v, indptr, indices, last, o, lse, layout, *rest):
+    """BatchDecodeWithPagedKVCacheWrapper's kernel (0.6 to 0.7.4): request b's query over its
+    pages, indices[indptr[b]:indptr[b + 1]], the last of them last[b] tokens long. What comes
+    after the layout: window_left, enable_pdl, the alibi slopes (passed whatever the mode: the
+    cases plan pos_encoding_mode NONE), the soft cap, sm_scale and rope's two."""
+    window_left, soft_cap, sm_scale = rest[0], rest[3], rest[4]
+    _plain(window_left, soft_cap, None)
+    page_size = k.shape[1] if layout == 0 else k.shape[2]
+    for b in range(indptr.numel() - 1):
+        pages = indices[indptr[b] : indptr[b + 1]].long()
+        length = (pages.numel() - 1) * page_size + int(last[b])
+        keys, values = _paged(k, pages, layout)[:length], _paged(v, pages, layout)[:length]
+        out, logsumexp = _attention(q[b : b + 1], keys, values, False, sm_scale)
+        o[b].copy_(out[0])
+        if lse is not None:
+            lse[b].copy_(logsumexp[0])
+
+
 OF_MODULE = {
     "gen_single_decode_module": {"run": _single_decode},
     "gen_single_prefill_module": {"run": _single_prefill},
+    "gen_batch_decode_module": {"plan": _batch_decode_plan, "run": _batch_decode},
 }
 """Kernels by the JIT module that has them, where their names are too common to tell them apart
 (every attention module has a run)."""
@@ -848,6 +880,26 @@ class still:
 
     def __exit__(self, *exc):
         _Generator.still = False
+
+
+class unpinned:
+    """Inside the block, torch.empty and torch.zeros ask for no pinned memory: a wrapper's
+    constructor pins its host buffers, which needs a driver. Only around the constructor, outside
+    any traced function."""
+
+    def __enter__(self):
+        self.saved = torch.empty, torch.zeros
+        torch.empty, torch.zeros = (_unpinning(f) for f in self.saved)
+
+    def __exit__(self, *exc):
+        torch.empty, torch.zeros = self.saved
+
+
+def _unpinning(allocate):
+    def unpinned(*args, pin_memory=False, **kwargs):
+        return allocate(*args, **kwargs)
+
+    return unpinned
 
 
 REPLACED = {

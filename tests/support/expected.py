@@ -122,6 +122,25 @@ def _boundary(node: ast.FunctionDef, patch: str, operation: Boundary, rule: str)
         checked += f",\n        writes=({names})"
     if operation.listed:
         checked += ",\n        listed=True"
+    if operation.method:
+        # In the class body: the method and the constructor rebound, the module's name let go.
+        names = [node.name, "__init__"]
+        if operation.aliases:
+            held = ", ".join(f'("{alias}", {n})' for alias, n in operation.aliases)
+            checked += f",\n        aliases=({held},)"
+        call = (
+            "from flashinfer import utils as _fi_patch_utils\n"
+            "\n"
+            'if hasattr(_fi_patch_utils, "_fi_patch_boundary_method"):\n'
+            f"    {', '.join(names)} = _fi_patch_utils._fi_patch_boundary_method(\n"
+            f'        {node.name}, __init__, "{operation.op}", fake="{operation.fake}", '
+            f'rule="{rule}", out="{operation.out}", returns={operation.returns}{checked}\n'
+            "    )\n"
+            "del _fi_patch_utils\n"
+        )
+        outer = " " * node.col_offset
+        placed = [outer + line if line.strip() else line for line in call.splitlines(True)]
+        return node.end_lineno, 0, ["\n", "\n", marker(patch, outer), *placed]
     call = (
         "from flashinfer import utils as _fi_patch_utils\n"
         "\n"
@@ -212,14 +231,16 @@ def _indent(lines: list[str], statement: ast.stmt) -> str:
 
 def _function(text: str, name: str, scope: str = "") -> ast.FunctionDef:
     """The one `name` at top level, in the else branch of a top-level `if` (`scope` "else"), or
-    in the function the dotted `scope` names (`flashinfer_api.decorator`)."""
+    in the function or class the dotted `scope` names (`flashinfer_api.decorator`,
+    `BatchDecodeWithPagedKVCacheWrapper`)."""
     tree = ast.parse(text)
     block = tree.body
     if scope == "else":
         block = [s for n in tree.body if isinstance(n, ast.If) for s in n.orelse]
     elif scope:
         for outer in scope.split("."):
-            (holder,) = [n for n in block if isinstance(n, ast.FunctionDef) and n.name == outer]
+            holders = (ast.FunctionDef, ast.ClassDef)
+            (holder,) = [n for n in block if isinstance(n, holders) and n.name == outer]
             block = holder.body
     # The @overload stubs above a function only annotate it (single_decode_with_kv_cache's).
     (node,) = [

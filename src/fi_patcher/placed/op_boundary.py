@@ -19,6 +19,8 @@
 #
 # Annotations are strings: the host's Python (3.8 for older releases) never evaluates them, and
 # mypy reads them.
+import itertools
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -73,6 +75,12 @@ class _FiPatchBoundary(object):
         self.listed = False
         self.returns = 1
         self.kinds: "Dict[str, Any]" = {}
+        self.method = False
+        self.allocated: "Any" = None
+        self.op_names: "Tuple[str, ...]" = ()
+        self.outputs = 1
+        self.aliases: "List[_FiPatchBoundary]" = []
+        self.aliased = False
 
 
 # A parameter the caller must pass: it has no default.
@@ -186,7 +194,11 @@ def _fi_patch_parameters(
     defaults: "List[Any]" = []
     typed: "List[inspect.Parameter]" = []
     positional = 0
-    for parameter in inspect.signature(entry.fn).parameters.values():
+    for index, parameter in enumerate(inspect.signature(entry.fn).parameters.values()):
+        # A method's self is the wrapper the op's key names; its *args (extra arguments for a
+        # custom kernel) the op carries empty.
+        if entry.method and (index == 0 or parameter.kind == parameter.VAR_POSITIONAL):
+            continue
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             entry.reason = "it takes *%s, which no op schema holds" % parameter.name
             return None
@@ -228,10 +240,9 @@ def _fi_patch_parameter(
         entry.enums[name] = enum
     if _fi_patch_tensor_or_pair(annotation):
         entry.pairs[name] = name + "_pair"
+        first: "Any" = typing.Optional[torch.Tensor] if default is None else torch.Tensor
         return [
-            inspect.Parameter(
-                name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=torch.Tensor
-            ),
+            inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=first),
             inspect.Parameter(
                 name + "_pair",
                 inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -720,6 +731,290 @@ def _fi_patch_op_type(annotation: "Any", default: "Any") -> "Any":
         if optional and items[0] is torch.Tensor:
             return None
     return typing.Optional[annotation] if optional else annotation
+
+
+# --- a wrapper's method: run() of the batch attention wrappers -----------------------------------
+#
+# plan() is host work (it copies the indptr to the host, calls .item(), builds the JIT module),
+# called eagerly before; run() reads what plan() left on the wrapper (plan_info, the module, the
+# buffers). A patch places one call of _fi_patch_boundary_method in the class body, right after
+# the method: the method becomes a routing function, and the constructor gives each wrapper a
+# key. While torch.compile traces run(), one call of fi_patch::NAME (NAME_out where the call
+# passes out or lse: it declares them written and returns nothing; an output the call asks for
+# and does not give is allocated in the graph first, as the fake gives it), which carries the
+# wrapper's key, never the wrapper: the op's body finds the wrapper by its key and calls its own
+# run() eagerly, so that plan()'s state is read as it is today. A key is counted from 1 in each
+# process and never reused (an id() is, once its wrapper is gone). Dynamo reads it as a constant
+# of the wrapper and guards on it: another wrapper gives another graph (or the same graph with
+# its own key, where Dynamo makes the key dynamic), never the first one's plan. What else the
+# fake reads of the wrapper (`_fi_patch_planned`: the KV layout, plan()'s output dtype) is read
+# the same way, guarded, and passed as the op's first arguments after the key. The flag
+# (`returns_when`: return_lse) is passed on as the caller gives it, since it picks the kernel
+# (0.7.4's XQA decode runs only without it): the op returns a list, out alone or (out, lse). A
+# wrapper made before fi-patch's routing existed has no key, and a call with *args (arguments
+# for a custom kernel) or another value of a parameter the op carries one value of is traced as
+# the method's own body, as unpatched.
+_fi_patch_wrappers: "Any" = weakref.WeakValueDictionary()
+_fi_patch_wrapper_keys = itertools.count(1)
+
+
+def _fi_patch_boundary_method(
+    fn: "Any",
+    init: "Any",
+    name: "str",
+    fake: "str",
+    rule: "str" = "",
+    out: "str" = "",
+    returns: "int" = 1,
+    check: "str" = "",
+    types: "Optional[Dict[str, str]]" = None,
+    returns_when: "str" = "",
+    only: "Optional[Dict[str, Any]]" = None,
+    writes: "Tuple[str, ...]" = (),
+    aliases: "Tuple[Tuple[str, int], ...]" = (),
+) -> "Tuple[Any, Any]":
+    entry = _fi_patch_method_entry(
+        fn, name, fake, rule, out, returns, check, types, returns_when, only, writes, 1
+    )
+    if entry.routed is None:
+        return fn, init
+    # The class's other methods that set the wrapper's state and call this one (`aliases`: the
+    # deprecated forward(), which SGLang calls, and forward_return_lse(), defined after run()):
+    # each gets an op of its own, whose body is that method, so that what it sets on the wrapper
+    # is set when the op runs. Traced, its stores would be applied after the graph ran, and the
+    # op would read the state they replace. They are routed when the class's first wrapper is
+    # made, once the class holds them all.
+    base = name[: len(name) - len(getattr(fn, "__name__", ""))]
+
+    def alias(owner: "Any") -> "None":
+        for other, outputs in aliases:
+            method = vars(owner).get(other)
+            if method is None:
+                continue
+            made = _fi_patch_method_entry(
+                method, base + other, fake, rule, "", returns, check, types, "", only, (), outputs
+            )
+            entry.aliases.append(made)
+            if made.routed is not None:
+                setattr(owner, other, made.routed)
+
+    return entry.routed, _fi_patch_keyed(init, entry, alias)
+
+
+# One method's boundary: its entry, its ops and its routing function, or its reason for none.
+# `outputs`: how many it returns where its flag does not say (forward_return_lse two).
+def _fi_patch_method_entry(
+    fn: "Any",
+    name: "str",
+    fake: "str",
+    rule: "str",
+    out: "str",
+    returns: "int",
+    check: "str",
+    types: "Optional[Dict[str, str]]",
+    flag: "str",
+    only: "Optional[Dict[str, Any]]",
+    writes: "Tuple[str, ...]",
+    outputs: "int",
+) -> "_FiPatchBoundary":
+    entry = _FiPatchBoundary(name, fn)
+    entry.method = True
+    entry.writes = tuple(writes)
+    entry.returns = returns
+    entry.only = dict(only or {})
+    entry.outputs = outputs
+    _fi_patch_boundaries[name] = entry
+    try:
+        checking = _fi_patch_boundary_check(fn, check)
+        if check and checking is None:
+            entry.reason = "its module has no function %s" % check
+        elif rule not in _fi_patch_boundary_rules.get(fake, ()):
+            entry.reason = "fi-patch has no fake %r with the rule %r" % (fake, rule)
+        else:
+            made = _fi_patch_boundary_fakes[fake]
+            planned = _fi_patch_planned.get(fake, ())
+            _fi_patch_make_method(entry, made, rule, checking, out, types or {}, flag, planned)
+    except Exception as exc:
+        entry.reason = "torch cannot make it an op: %s" % (str(exc).strip().splitlines() or [""])[0]
+    return entry
+
+
+# The constructor, giving the wrapper its key first; the first wrapper of the class (made outside
+# a trace) routes the methods that call this one (`alias`).
+def _fi_patch_keyed(init: "Any", entry: "_FiPatchBoundary", alias: "Any") -> "Any":
+    import functools
+
+    @functools.wraps(init)
+    def _fi_patch_keyed_init(self: "Any", *args: "Any", **kwargs: "Any") -> "Any":
+        self._fi_patch_key = next(_fi_patch_wrapper_keys)
+        _fi_patch_wrappers[self._fi_patch_key] = self
+        if not entry.aliased and not torch.compiler.is_compiling():
+            entry.aliased = True
+            name = getattr(entry.fn, "__name__", "")
+            owners = [c for c in type(self).__mro__ if vars(c).get(name) is entry.routed]
+            if owners:
+                alias(owners[0])
+        return init(self, *args, **kwargs)
+
+    return _fi_patch_keyed_init
+
+
+def _fi_patch_keyed_wrapper(key: "int", called: "str") -> "Any":
+    wrapper = _fi_patch_wrappers.get(key)
+    if wrapper is None:
+        raise RuntimeError(
+            "fi-patch: the wrapper whose %s() this compiled graph calls (key %d) is gone"
+            % (called, key)
+        )
+    return wrapper
+
+
+# fi_patch::NAME and NAME_out for a method, and its routing function. The op's parameters are the
+# key (`wrapper`), what the fake reads of the wrapper (`planned`), then the method's own, typed as
+# an entry point's are.
+def _fi_patch_make_method(
+    entry: "_FiPatchBoundary",
+    fake: "_FiPatchFake",
+    rule: "str",
+    check: "Any",
+    out: "str",
+    types: "Dict[str, str]",
+    flag: "str",
+    planned: "Tuple[Tuple[str, str, Any], ...]",
+) -> "None":
+    import inspect
+    import typing
+
+    typed = _fi_patch_parameters(entry, types, out)
+    if typed is None:
+        return
+    if flag and (flag not in entry.names or entry.returns < 2):
+        entry.reason = "it has no flag %s that returns %d outputs" % (flag, entry.returns)
+        return
+    entry.only = {k: v for k, v in entry.only.items() if k in entry.names}
+    given = tuple(w for w in (out, *entry.writes) if w and w in entry.names)
+    keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    head = [inspect.Parameter("wrapper", keyword, annotation=int)]
+    head += [inspect.Parameter(n, keyword, annotation=kind) for n, _, kind in planned]
+    typed = head + typed
+    passed = [p.name for p in typed]
+    ours = [p.name for p in head]
+    fn, called = entry.fn, getattr(entry.fn, "__qualname__", entry.name)
+    result = typing.List[torch.Tensor]
+
+    def outputs(named: "Dict[str, Any]") -> "List[Any]":
+        wrapper = _fi_patch_keyed_wrapper(named["wrapper"], called)
+        for own in ours:
+            named.pop(own)
+        returned = fn(wrapper, **named)
+        return list(returned) if isinstance(returned, (tuple, list)) else [returned]
+
+    def run(*values: "Any") -> "Any":
+        return outputs(_fi_patch_arguments(entry, passed, values))
+
+    def run_out(*values: "Any") -> "None":
+        outputs(_fi_patch_arguments(entry, passed, values))
+
+    def faked(*values: "Any") -> "Any":
+        named = _fi_patch_joined(entry, passed, values)
+        return list(fake(named, rule, check))[: 2 if flag and named[flag] else entry.outputs]
+
+    def faked_out(*values: "Any") -> "None":
+        return None
+
+    run.__signature__ = inspect.Signature(typed, return_annotation=result)  # type: ignore[attr-defined]
+    run_out.__signature__ = inspect.Signature(typed, return_annotation=None)  # type: ignore[attr-defined]
+    made: "List[Tuple[str, Any, Any, Tuple[str, ...]]]" = [("", run, faked, ())]
+    if given:
+        made.append(("_out", run_out, faked_out, given))
+    # What a call that gives some of its outputs but not all allocates for the others (the
+    # fake's tensors, zeroed: cute-dsl wants a zeroed out), before it calls the out op.
+    entry.allocated = faked
+    entry.op_names = tuple(passed)
+    for suffix, body, its_fake, mutates in made:
+        op = torch.library.custom_op(
+            "fi_patch::" + entry.name + suffix, body, mutates_args=mutates, tags=_fi_patch_tags()
+        )
+        op.register_fake(its_fake)
+        if not mutates:
+            op.register_autograd(_fi_patch_boundary_no_grad, setup_context=_fi_patch_no_grad_setup)
+    _fi_patch_method_route(entry, given, flag, planned)
+
+
+# While torch.compile traces the method: the wrapper's key and what the fake reads of it, the
+# arguments bound as Python binds them, then one op; its outputs as the method returns them, a
+# tensor the caller gave in its place.
+def _fi_patch_method_route(
+    entry: "_FiPatchBoundary",
+    given: "Tuple[str, ...]",
+    flag: "str",
+    planned: "Tuple[Tuple[str, str, Any], ...]",
+) -> "None":
+    names, defaults, positional = entry.names, entry.defaults, entry.positional
+    kept = [names.index(k) for k in entry.kept]
+    enums = [names.index(e) for e in entry.enums]
+    split = [names.index(s) for s in entry.split]
+    pairs = [names.index(p) for p in entry.pairs]
+    only = [(names.index(k), v) for k, v in entry.only.items()]
+    kinds = [(names.index(k), v) for k, v in entry.kinds.items()]
+    written = [names.index(g) for g in given]
+    at = names.index(flag) if flag else -1
+    attributes = [attribute for _, attribute, _ in planned]
+    body, called = entry.fn, getattr(entry.fn, "__qualname__", entry.name)
+    op = getattr(torch.ops.fi_patch, entry.name)
+    out_op = getattr(torch.ops.fi_patch, entry.name + "_out", None)
+
+    def traced(self: "Any", *args: "Any", **kwargs: "Any") -> "Any":
+        key = getattr(self, "_fi_patch_key", None)
+        if key is None or len(args) > positional:
+            return body(self, *args, **kwargs)
+        values = _fi_patch_boundary_bind(called, names, defaults, positional, args, kwargs)
+        if any(_fi_patch_other(values[i], value) for i, value in only):
+            return body(self, *args, **kwargs)
+        if any(_fi_patch_mistyped(values[i], kind) for i, kind in kinds):
+            return body(self, *args, **kwargs)
+        # Neither a tensor nor a pair (a list): FlashInfer's own error, from its body.
+        if any(not isinstance(values[i], (torch.Tensor, tuple, type(None))) for i in pairs):
+            return body(self, *args, **kwargs)
+        for index in kept:
+            if values[index] is not defaults[index]:
+                raise TypeError(
+                    "fi-patch's op for %s() leaves %s to its default: pass it only outside "
+                    "torch.compile" % (called, names[index])
+                )
+        passed: "List[Any]" = [key] + [getattr(self, a, None) for a in attributes]
+        for index, value in enumerate(values):
+            if index in enums and value is not None:
+                passed.append(int(value))
+            elif index in split:
+                tensor = isinstance(value, torch.Tensor)
+                passed += [value, None] if tensor else [None, value]
+            elif index in pairs:
+                if isinstance(value, tuple):
+                    first, second = value
+                    passed += [first, second]
+                else:
+                    passed += [value, None]
+            elif index not in kept:
+                passed.append(value)
+        both = (at >= 0 and bool(values[at])) or entry.outputs > 1
+        if out_op is None or all(values[i] is None for i in written):
+            results = list(op(*passed))
+            return tuple(results) if both else results[0]
+        asked = written[: 2 if both else 1]
+        if any(values[i] is None for i in asked):
+            made = entry.allocated(*passed)
+            for place, index in enumerate(asked):
+                if values[index] is None:
+                    values[index] = made[place].zero_()
+                    passed[entry.op_names.index(names[index])] = values[index]
+        out_op(*passed)
+        results = [values[i] for i in asked]
+        return tuple(results) if both else results[0]
+
+    entry.traced = traced
+    entry.ready = True
+    _fi_patch_routing(entry)
 
 
 # --- the fakes, by the name a patch gives -------------------------------------------------------
@@ -1211,6 +1506,21 @@ def _fi_patch_fake_single_prefill(values: "Dict[str, Any]", rule: "str", check: 
     return out, q.new_empty((q.shape[0], q.shape[1]), dtype=torch.float32)
 
 
+# BatchDecodeWithPagedKVCacheWrapper.run (flashinfer/decode.py), after plan(): the KV cache
+# unpacked by FlashInfer's own _unpack_paged_kv_cache (check) in the wrapper's layout (a pair, or a
+# 5-D tensor split on its second dimension; KeyError for anything else), then out as run()
+# allocates it, q's shape but the last dimension v's head dim, in plan()'s o_data_type (q's dtype
+# where plan() gave none), contiguous, and lse float32 (q.shape[0], num_qo_heads). Which backend
+# runs, its checks against plan() (the dtypes, q_len_per_req) and the kernel run in the op. One
+# rule: "planned" (0.6.0 on).
+def _fi_patch_fake_batch_decode(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    q = values["q"]
+    _, v = check(values["paged_kv_cache"], values["planned_kv_layout"])
+    dtype = values["planned_o_data_type"] or q.dtype
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=dtype)
+    return out, q.new_empty((q.shape[0], q.shape[1]), dtype=torch.float32)
+
+
 # FlashInfer's own _check_pos_encoding_mode and _check_kv_layout, as the attention functions run
 # them first: the patch names the second (`check`), and the first is its neighbour in
 # flashinfer/utils.py (every release).
@@ -1283,6 +1593,16 @@ _fi_patch_boundary_rules = {
     "cutlass_moe": ("plain", "tactics-ignored", "clamped"),
     "single_decode": ("allocated",),
     "single_prefill": ("allocated",),
+    "batch_decode": ("planned",),
+}
+
+# What a method's fake reads of its wrapper, by fake: the op's parameter, the wrapper's attribute
+# (None where the wrapper has none) and its type.
+_fi_patch_planned: "Dict[str, Tuple[Tuple[str, str, Any], ...]]" = {
+    "batch_decode": (
+        ("planned_kv_layout", "_kv_layout", str),
+        ("planned_o_data_type", "_cached_o_data_type", Optional[torch.dtype]),
+    ),
 }
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
@@ -1304,4 +1624,5 @@ _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "cutlass_moe": _fi_patch_fake_cutlass_moe,
     "single_decode": _fi_patch_fake_single_decode,
     "single_prefill": _fi_patch_fake_single_prefill,
+    "batch_decode": _fi_patch_fake_batch_decode,
 }

@@ -45,6 +45,8 @@ def forms(torch, f, name):
         return _trtllm_moe(torch, f, name)
     if name == "cutlass_fused_moe":
         return _cutlass_fused_moe(torch, f)
+    if name in WRAPPERS:
+        return WRAPPERS[name](torch, f)
     return None, None
 
 
@@ -416,6 +418,122 @@ def _single_prefill(torch, fn):
         ("FP8 with a sliding window", lambda q, k, v: fn(q, k, v, window_left=8), (q8, *kv(fp8))),
     ]
     return calls, refused
+
+
+def _batch_decode(torch, f):
+    """BatchDecodeWithPagedKVCacheWrapper.run after plan(), on the CPU: 4 requests of 32 query
+    heads over 8 KV heads of 128, pages of 16 (their KV lengths 1, 17, 40 and 64). The cache as
+    one tensor positionally, as a (k, v) pair with return_lse, with out and lse given, with out
+    given and lse asked for (allocated in the graph), HND (a wrapper planned so), plan()'s
+    o_data_type float16, a dynamic batch, and the deprecated forward() (SGLang's call, to its own
+    op) and forward_return_lse(); refused: a cache that is neither a tensor nor a pair (a list:
+    KeyError)."""
+    plain, hnd = _planned_decode(torch, f, "NHD"), _planned_decode(torch, f, "HND")
+    halves = _planned_decode(torch, f, "NHD", o_data_type=torch.float16)
+    q = torch.randn(4, 32, 128, dtype=torch.bfloat16)
+
+    def cache(hnd=False):
+        shape = (8, 2, 8, 16, 128) if hnd else (8, 2, 16, 8, 128)
+        return torch.randn(*shape, dtype=torch.bfloat16)
+
+    kv = cache()
+    out = torch.empty(4, 32, 128, dtype=torch.bfloat16)
+    lse = torch.empty(4, 32, dtype=torch.float32)
+    calls = [
+        ("the cache one tensor, positionally", lambda q, kv: plain.run(q, kv), (q, kv), None),
+        (
+            "a (k, v) pair, return_lse",
+            lambda q, k, v: plain.run(q, (k, v), return_lse=True),
+            (q, kv[:, 0], kv[:, 1]),
+            None,
+        ),
+        (
+            "out and lse given",
+            lambda q, kv, out, lse: plain.run(q, kv, out=out, lse=lse, return_lse=True),
+            (q, kv, out, lse),
+            None,
+        ),
+        (
+            "out given, lse asked for",
+            lambda q, kv, out: plain.run(q, kv, out=out, return_lse=True),
+            (q, kv, out),
+            None,
+        ),
+        ("HND", lambda q, kv: hnd.run(q, kv), (q, cache(hnd=True)), None),
+        ("o_data_type float16", lambda q, kv: halves.run(q, kv) * 2, (q, kv), None),
+        ("a dynamic batch", lambda q, kv: plain.run(q, kv) + 1, (q, kv), 0),
+    ]
+    # SGLang's call: forward() with the scales it sets on the wrapper; forward_return_lse().
+    if hasattr(plain, "forward"):
+        calls.append(
+            (
+                "forward() with sm_scale and logits_soft_cap, as SGLang calls it",
+                lambda q, kv: plain.forward(q, kv, sm_scale=0.1, logits_soft_cap=30.0),
+                (q, kv),
+                None,
+            )
+        )
+    if hasattr(plain, "forward_return_lse"):
+        calls.append(
+            (
+                "forward_return_lse()",
+                lambda q, kv: plain.forward_return_lse(q, kv),
+                (q, kv),
+                None,
+            )
+        )
+    refused = [
+        ("a cache in a list", lambda q, k, v: plain.run(q, [k, v]), (q, kv[:, 0], kv[:, 1])),
+    ]
+    return calls, refused
+
+
+def _planned_decode(torch, f, kv_layout, **more):
+    """A BatchDecodeWithPagedKVCacheWrapper on the CPU, planned as an engine plans it before its
+    compiled region: its constructor's pinned host buffers unpinned (pinning needs a driver), and
+    the JIT module plan() builds stood in (Planned: run()'s kernel does nothing)."""
+    import flashinfer.decode as decode
+
+    indptr = torch.tensor([0, 1, 3, 6, 10], dtype=torch.int32)
+    indices = torch.arange(10, dtype=torch.int32) % 8
+    last = torch.tensor([1, 1, 8, 16], dtype=torch.int32)
+    space = vars(decode)
+    saved = dict(space)
+    for key, value in list(space.items()):
+        if key.startswith("get_") and "module" in key and callable(value):
+            space[key] = lambda *a, **k: Planned()
+    space["torch"] = _Unpinned(torch)
+    space["get_compute_capability"] = lambda device: (10, 0)
+    try:
+        workspace = torch.empty(1024 * 1024, dtype=torch.uint8)
+        wrapper = decode.BatchDecodeWithPagedKVCacheWrapper(workspace, kv_layout)
+        bf16 = torch.bfloat16
+        wrapper.plan(
+            indptr, indices, last, 32, 8, 128, 16, q_data_type=bf16, kv_data_type=bf16, **more
+        )
+    finally:
+        space.clear()
+        space.update(saved)
+    return wrapper
+
+
+class _Unpinned(object):
+    """torch as a wrapper's module sees it while the wrapper is made and planned on a host
+    without a driver: pin_memory=True asks for nothing."""
+
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        value = getattr(self._module, name)
+        if name in ("empty", "zeros", "tensor", "zeros_like", "empty_like"):
+
+            def unpinned(*args, **kwargs):
+                kwargs.pop("pin_memory", None)
+                return value(*args, **kwargs)
+
+            return unpinned
+        return value
 
 
 def _fused_topk_deepseek(torch, f):
@@ -914,6 +1032,11 @@ FORMS = {
 """Each entry point's call forms, by name (the quantizers' are in QUANTIZERS, the samplers'
 made by _sampling, the renorm samplers' (RENORMS) by _renorm)."""
 
+WRAPPERS = {
+    "batch_decode_with_paged_kv_cache_run": _batch_decode,
+}
+"""The wrappers' methods' call forms, by the patch's name: each makes and plans its wrappers."""
+
 QUANTIZERS = {
     "mxfp8_quantize": _mxfp8_quantize,
     "nvfp4_batched_quantize": _nvfp4_batched_quantize,
@@ -1227,6 +1350,14 @@ class Stub(object):
         return kernel
 
 
+class Planned(Stub):
+    """A JIT module whose plan gives a plan_info (run() asserts that it has one) and whose every
+    kernel does nothing."""
+
+    def plan(self, *args, **kwargs):
+        return [0]
+
+
 class Curried(Stub):
     """A module getter (or what it gives) that gives a Stub when called: 0.2.6's
     get_single_prefill_module(backend) gives the getter of the rest."""
@@ -1300,6 +1431,9 @@ def _unwritten(torch, entry):
     returns its output and the parameters are optional) does not mark written: Inductor would
     take them as read only."""
     op = getattr(torch.ops.fi_patch, entry.name + "_writes", None)
+    if getattr(entry, "method", False):
+        # A method's written parameters (out, lse) are its out op's.
+        op = getattr(torch.ops.fi_patch, entry.name + "_out", None)
     op = op if op is not None else getattr(torch.ops.fi_patch, entry.name)
     schema = op.default._schema
     marked = {a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write}
@@ -1342,6 +1476,10 @@ def _traced(ctx, torch, name, entry, standing, what, fn, arguments, dynamic):
         return False
     op = name + "_out" if re.search(r"\bout\b", what) else name
     op = name + "_writes" if re.search(r"\bwrites\b", what) else op
+    # A method that calls this one (forward()): its own op.
+    for alias in getattr(entry, "aliases", []):
+        if what.startswith(alias.fn.__name__ + "()"):
+            op = alias.name
     wanted = ("fi_patch.%s" % op, "fi_patch.%s.default" % op)
     mine = [c for c in graph if c in wanted]
     theirs = [c for c in graph if c.startswith(("flashinfer.", "fi_patch"))]
@@ -1420,13 +1558,20 @@ def _instead(entry, call):
         if m is not None and (name == "flashinfer" or name.startswith("flashinfer."))
     ]
     names = [(space, k) for space in spaces for k, v in vars(space).items() if v is entry.routed]
-    for space, name in names:
-        setattr(space, name, entry.traced)
+    # A wrapper's method: its class holds the routing function, and those of the methods that
+    # call it (forward(), its aliases).
+    classes = {id(c): c for space in spaces for c in vars(space).values() if isinstance(c, type)}
+    routes = {id(e.routed): e for e in [entry, *getattr(entry, "aliases", [])] if e.routed}
+    held = [(c, k, v) for c in classes.values() for k, v in list(vars(c).items())]
+    names += [(c, k) for c, k, v in held if id(v) in routes and v is routes[id(v)].routed]
+    swapped = [(space, name, getattr(space, name)) for space, name in names]
+    for space, name, routed in swapped:
+        setattr(space, name, entry.traced if routed is entry.routed else routes[id(routed)].traced)
     try:
         return call()
     finally:
-        for space, name in names:
-            setattr(space, name, entry.routed)
+        for space, name, routed in swapped:
+            setattr(space, name, routed)
 
 
 def _run(fn, arguments, entry_point, standing):
