@@ -180,7 +180,7 @@ PROVEN = {
         "the cache one tensor, positionally, a (k, v) pair, return_lse, out and lse given, out "
         "given, lse asked for, HND, o_data_type float16, a dynamic batch, forward() with "
         "sm_scale and logits_soft_cap, as SGLang calls it, forward_return_lse()",
-        "a cache in a list",
+        "a cache in a list, an out of another dtype, an lse of another shape",
     ),
     # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
     # first; the top-k pair keeps the input's dtype and refuses float64.

@@ -200,8 +200,10 @@ def test_a_wrapper_s_run_keeps_its_own_plan_errors_and_key(applied: Applied) -> 
     """BatchDecodeWithPagedKVCacheWrapper.run on 0.7.4 (tests/in_target/wrappers.py): a run()
     without plan() raises FlashInfer's own error compiled as eagerly; an eager run() dispatches
     no op of fi-patch's; each wrapper's key is new, even after one is let go (an id() would come
-    back); and one compiled function called with one wrapper, another and the first again gives
-    each its own result, from two graphs."""
+    back); one compiled function called with one wrapper, another and the first again gives each
+    its own result, from two graphs; and a copy of a wrapper (copy.copy, carrying its original's
+    key), planned again, runs its own plan compiled, never its original's; an FP8 out with a
+    v_scale (run() returns a scaled copy) gives eager's result and leaves eager's buffer."""
     venv = applied("0.7.4", "2.14.1")
     completed = subprocess.run(
         [python_of(venv), IN_TARGET / "wrappers.py"],
@@ -220,3 +222,5 @@ def test_a_wrapper_s_run_keeps_its_own_plan_errors_and_key(applied: Applied) -> 
     keys = found["keys"]
     assert keys == sorted(set(keys)) and len(keys) == 4
     assert (found["graphs"], found["equal"]) == (2, [True, True, True])
+    assert found["copy"] is True
+    assert found["fp8 out"] == [True, True]

@@ -209,7 +209,7 @@ def wrappers(torch, f, t):  # type: ignore[no-untyped-def]
     capture, as engines plan a batch: 16 requests of 32 query heads over 8 KV heads of 128, in
     pages of 16 out of order (64 to 1024 tokens each), with its lse and without, a wrapper made
     with use_cuda_graph=True (its page table in buffers of its own), as engines capture it, and
-    the deprecated forward() with a scale of its own, as SGLang calls it."""
+    the deprecated forward() twice with two scales, as SGLang calls it."""
     name = "batch_decode_with_paged_kv_cache_run"
     generator = torch.Generator().manual_seed(0)
     lengths = torch.randint(64, 1025, (16,), generator=generator)
@@ -237,9 +237,14 @@ def wrappers(torch, f, t):  # type: ignore[no-untyped-def]
     yield name + ", return_lse", name, inputs, lambda q, kv: plain.run(q, kv, return_lse=True)
     yield name, name, inputs, lambda q, kv: (plain.run(q, kv),)
     yield name + ", use_cuda_graph=True", name, inputs, lambda q, kv: (graphed.run(q, kv),)
-    # SGLang's call: the deprecated forward(), which sets the scale on the wrapper first.
+    # SGLang's call: the deprecated forward(), which sets the scale on the wrapper first; twice,
+    # with two scales, so that a call that ran with the state the other left would differ.
     forward = "batch_decode_with_paged_kv_cache_forward"
-    yield forward, forward, inputs, lambda q, kv: (plain.forward(q, kv, sm_scale=0.1),)
+
+    def scaled(q, kv):  # type: ignore[no-untyped-def]
+        return (plain.forward(q, kv, sm_scale=0.1), plain.forward(q, kv, sm_scale=0.2))
+
+    yield forward + ", two scales", forward, inputs, scaled
 
 
 THRESHOLDS = {

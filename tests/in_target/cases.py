@@ -976,7 +976,8 @@ def _wrappers(f):
     """run() of BatchDecodeWithPagedKVCacheWrapper after plan(), planned eagerly as engines plan
     once per batch, outside the compiled function (the constructor's pinned buffers stood in): 4
     requests of 32 query heads over 8 KV heads of 128 in pages of 16, their pages out of order.
-    The cache as one tensor, as a (k, v) pair with return_lse, with out and lse given, HND, into
+    The cache as one tensor, as a (k, v) pair with return_lse, with out and lse given, with one
+    of them given and the other asked for (allocated in the graph), HND, into
     plan()'s o_data_type float16, over a cache that grows between calls (its page count
     dynamic), through the deprecated forward() twice with two scales (SGLang's call) and
     forward_return_lse(), and two wrappers planned differently in one model, each with its own
@@ -1034,6 +1035,12 @@ def _wrappers(f):
         "BatchDecodeWithPagedKVCacheWrapper.run, out given and lse asked for": Case(
             lambda q, kv, o: nhd.run(q, kv, out=o, return_lse=True),
             lambda: [*inputs(), torch.zeros(4, 32, 128, dtype=torch.bfloat16)],
+            written,
+            written=(2,),
+        ),
+        "BatchDecodeWithPagedKVCacheWrapper.run, lse given and out not, return_lse": Case(
+            lambda q, kv, s: nhd.run(q, kv, lse=s, return_lse=True),
+            lambda: [*inputs(), torch.zeros(4, 32)],
             written,
             written=(2,),
         ),

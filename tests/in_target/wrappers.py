@@ -8,8 +8,14 @@ Prints one JSON line:
 - "keys": the keys of two wrappers, and of a third made after the first was let go (never one
   seen before);
 - "graphs": how many graphs one compiled function gave, called with one wrapper, then another,
-  then the first again (Dynamo guards on the key: the second wrapper recompiles, the first
-  finds its own graph again), and "equal": whether each call gave its own wrapper's result.
+  then the first again (Dynamo guards on the key: the second wrapper recompiles; the third call
+  takes one of the two graphs, its key a constant or, where Dynamo made it dynamic, an input),
+  and "equal": whether each call gave its own wrapper's result;
+- "copy": what a compiled run() of a copy of a planned wrapper (copy.copy, which carries the
+  original's key) gave against the copy's eager run() (equal: it runs as unpatched, never with
+  the original's plan);
+- "fp8 out": a compiled run() into an FP8 out with a v_scale (which returns a scaled copy, not
+  the out given) against eager: the results equal, and the buffers given equal.
 """
 
 from __future__ import annotations
@@ -42,13 +48,13 @@ def made(f):
         return f.BatchDecodeWithPagedKVCacheWrapper(torch.empty(1 << 20, dtype=torch.uint8), "NHD")
 
 
-def planned(f, last):
+def planned(f, last, **more):
     wrapper = made(f)
     bf16 = torch.bfloat16
     indptr = torch.tensor([0, 1, 2], dtype=torch.int32)
     indices = torch.tensor([1, 0], dtype=torch.int32)
     last = torch.tensor(last, dtype=torch.int32)
-    wrapper.plan(indptr, indices, last, 8, 2, 64, 4, q_data_type=bf16, kv_data_type=bf16)
+    wrapper.plan(indptr, indices, last, 8, 2, 64, 4, q_data_type=bf16, kv_data_type=bf16, **more)
     return wrapper
 
 
@@ -100,6 +106,36 @@ def main():
         equal.append(bool(torch.equal(fn(q, kv), wrapper.run(q, kv))))
     found["graphs"] = len(graphs)
     found["equal"] = equal
+
+    # A copy carries its original's key; planned again, the copy's plan differs.
+    import copy
+
+    twin = copy.copy(first)
+    twin.plan(
+        torch.tensor([0, 1, 2], dtype=torch.int32),
+        torch.tensor([0, 1], dtype=torch.int32),
+        torch.tensor([1, 1], dtype=torch.int32),
+        8,
+        2,
+        64,
+        4,
+        q_data_type=torch.bfloat16,
+        kv_data_type=torch.bfloat16,
+    )
+    torch._dynamo.reset()
+    compiled_twin = torch.compile(lambda q, kv: twin.run(q, kv))
+    found["copy"] = bool(torch.equal(compiled_twin(q, kv), twin.run(q, kv)))
+
+    # An FP8 out given with a v_scale: run() returns a scaled copy, not the out given.
+    eight = planned(f, [4, 1], o_data_type=torch.float8_e4m3fn)
+    torch._dynamo.reset()
+    scaled = torch.compile(lambda q, kv, o: eight.run(q, kv, out=o, v_scale=0.5).float())
+    buffers = [torch.zeros(2, 8, 64, dtype=torch.float8_e4m3fn) for _ in range(2)]
+    eager, compiled = (
+        eight.run(q, kv, out=buffers[0], v_scale=0.5).float(),
+        scaled(q, kv, buffers[1]),
+    )
+    found["fp8 out"] = [bool(torch.equal(eager, compiled)), bool(torch.equal(*buffers))]
     print(json.dumps(found))
 
 

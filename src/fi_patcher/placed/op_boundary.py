@@ -81,6 +81,7 @@ class _FiPatchBoundary(object):
         self.outputs = 1
         self.aliases: "List[_FiPatchBoundary]" = []
         self.aliased = False
+        self.refuses = False
 
 
 # A parameter the caller must pass: it has no default.
@@ -238,7 +239,7 @@ def _fi_patch_parameter(
     enum = _fi_patch_int_enum(annotation)
     if enum is not None:
         entry.enums[name] = enum
-    if _fi_patch_tensor_or_pair(annotation):
+    if _fi_patch_tensor_or_pair(annotation) or name in entry.pairs:
         entry.pairs[name] = name + "_pair"
         first: "Any" = typing.Optional[torch.Tensor] if default is None else torch.Tensor
         return [
@@ -751,9 +752,12 @@ def _fi_patch_op_type(annotation: "Any", default: "Any") -> "Any":
 # the same way, guarded, and passed as the op's first arguments after the key. The flag
 # (`returns_when`: return_lse) is passed on as the caller gives it, since it picks the kernel
 # (0.7.4's XQA decode runs only without it): the op returns a list, out alone or (out, lse). A
-# wrapper made before fi-patch's routing existed has no key, and a call with *args (arguments
-# for a custom kernel) or another value of a parameter the op carries one value of is traced as
-# the method's own body, as unpatched.
+# call the op does not take is traced as the method's own body, as unpatched: a wrapper without
+# a key of its own (made before fi-patch's routing existed, or a copy, which carries its
+# original's), a call with *args (arguments for a custom kernel), another value of a parameter
+# the op carries one value of, a value its schema cannot take, or one whose method returns
+# another tensor than the out given (`_fi_patch_copied`). The ops are tagged
+# nondeterministic_seeded: no two calls are merged as one.
 _fi_patch_wrappers: "Any" = weakref.WeakValueDictionary()
 _fi_patch_wrapper_keys = itertools.count(1)
 
@@ -774,7 +778,7 @@ def _fi_patch_boundary_method(
     aliases: "Tuple[Tuple[str, int], ...]" = (),
 ) -> "Tuple[Any, Any]":
     entry = _fi_patch_method_entry(
-        fn, name, fake, rule, out, returns, check, types, returns_when, only, writes, 1
+        fn, name, fake, rule, out, returns, check, types, returns_when, only, writes, 1, {}
     )
     if entry.routed is None:
         return fn, init
@@ -791,18 +795,37 @@ def _fi_patch_boundary_method(
             method = vars(owner).get(other)
             if method is None:
                 continue
+            # Its cache is a pair wherever run()'s is (forward_return_lse annotates a tensor).
+            pairs = dict(entry.pairs)
             made = _fi_patch_method_entry(
-                method, base + other, fake, rule, "", returns, check, types, "", only, (), outputs
+                method,
+                base + other,
+                fake,
+                rule,
+                "",
+                returns,
+                check,
+                types,
+                "",
+                only,
+                (),
+                outputs,
+                pairs,
             )
             entry.aliases.append(made)
-            if made.routed is not None:
-                setattr(owner, other, made.routed)
+            made.refuses = True
+            if made.routed is None:
+                # One fi-patch cannot make an op of refuses to be traced, with a TypeError.
+                made.traced, made.ready = _fi_patch_refusing(made, made.reason), True
+                _fi_patch_routing(made)
+            setattr(owner, other, made.routed)
 
     return entry.routed, _fi_patch_keyed(init, entry, alias)
 
 
 # One method's boundary: its entry, its ops and its routing function, or its reason for none.
-# `outputs`: how many it returns where its flag does not say (forward_return_lse two).
+# `outputs`: how many it returns where its flag does not say (forward_return_lse two); `pairs`:
+# the parameters it takes as a tensor or a pair, whatever their annotation.
 def _fi_patch_method_entry(
     fn: "Any",
     name: "str",
@@ -816,9 +839,11 @@ def _fi_patch_method_entry(
     only: "Optional[Dict[str, Any]]",
     writes: "Tuple[str, ...]",
     outputs: "int",
+    pairs: "Dict[str, str]",
 ) -> "_FiPatchBoundary":
     entry = _FiPatchBoundary(name, fn)
     entry.method = True
+    entry.pairs = dict(pairs)
     entry.writes = tuple(writes)
     entry.returns = returns
     entry.only = dict(only or {})
@@ -831,9 +856,7 @@ def _fi_patch_method_entry(
         elif rule not in _fi_patch_boundary_rules.get(fake, ()):
             entry.reason = "fi-patch has no fake %r with the rule %r" % (fake, rule)
         else:
-            made = _fi_patch_boundary_fakes[fake]
-            planned = _fi_patch_planned.get(fake, ())
-            _fi_patch_make_method(entry, made, rule, checking, out, types or {}, flag, planned)
+            _fi_patch_make_method(entry, fake, rule, checking, out, types or {}, flag)
     except Exception as exc:
         entry.reason = "torch cannot make it an op: %s" % (str(exc).strip().splitlines() or [""])[0]
     return entry
@@ -847,6 +870,8 @@ def _fi_patch_keyed(init: "Any", entry: "_FiPatchBoundary", alias: "Any") -> "An
     @functools.wraps(init)
     def _fi_patch_keyed_init(self: "Any", *args: "Any", **kwargs: "Any") -> "Any":
         self._fi_patch_key = next(_fi_patch_wrapper_keys)
+        # Whose key it is: a copy (copy.copy, pickle) carries the key of the wrapper it copies.
+        self._fi_patch_owner = id(self)
         _fi_patch_wrappers[self._fi_patch_key] = self
         if not entry.aliased and not torch.compiler.is_compiling():
             entry.aliased = True
@@ -857,6 +882,21 @@ def _fi_patch_keyed(init: "Any", entry: "_FiPatchBoundary", alias: "Any") -> "An
         return init(self, *args, **kwargs)
 
     return _fi_patch_keyed_init
+
+
+# What a traced call of `entry`'s method does where fi-patch's op cannot take it: raise a TypeError
+# that says why, and what to call instead.
+def _fi_patch_refusing(entry: "_FiPatchBoundary", why: "str") -> "Any":
+    called = getattr(entry.fn, "__qualname__", entry.name)
+
+    def refused(*args: "Any", **kwargs: "Any") -> "Any":
+        raise TypeError(
+            "fi-patch's op for %s() does not take this call (%s): traced, the state it sets on "
+            "the wrapper would be set after the graph ran. Call it outside torch.compile, or call "
+            "run() with the wrapper planned for it" % (called, why)
+        )
+
+    return refused
 
 
 def _fi_patch_keyed_wrapper(key: "int", called: "str") -> "Any":
@@ -874,16 +914,18 @@ def _fi_patch_keyed_wrapper(key: "int", called: "str") -> "Any":
 # an entry point's are.
 def _fi_patch_make_method(
     entry: "_FiPatchBoundary",
-    fake: "_FiPatchFake",
+    fake_name: "str",
     rule: "str",
     check: "Any",
     out: "str",
     types: "Dict[str, str]",
     flag: "str",
-    planned: "Tuple[Tuple[str, str, Any], ...]",
 ) -> "None":
     import inspect
     import typing
+
+    fake = _fi_patch_boundary_fakes[fake_name]
+    planned = _fi_patch_planned.get(fake_name, ())
 
     typed = _fi_patch_parameters(entry, types, out)
     if typed is None:
@@ -892,6 +934,7 @@ def _fi_patch_make_method(
         entry.reason = "it has no flag %s that returns %d outputs" % (flag, entry.returns)
         return
     entry.only = {k: v for k, v in entry.only.items() if k in entry.names}
+    entry.pairs = {k: v for k, v in entry.pairs.items() if k in entry.names}
     given = tuple(w for w in (out, *entry.writes) if w and w in entry.names)
     keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
     head = [inspect.Parameter("wrapper", keyword, annotation=int)]
@@ -920,7 +963,7 @@ def _fi_patch_make_method(
         return list(fake(named, rule, check))[: 2 if flag and named[flag] else entry.outputs]
 
     def faked_out(*values: "Any") -> "None":
-        return None
+        faked(*values)  # its checks of the outputs given
 
     run.__signature__ = inspect.Signature(typed, return_annotation=result)  # type: ignore[attr-defined]
     run_out.__signature__ = inspect.Signature(typed, return_annotation=None)  # type: ignore[attr-defined]
@@ -932,13 +975,16 @@ def _fi_patch_make_method(
     entry.allocated = faked
     entry.op_names = tuple(passed)
     for suffix, body, its_fake, mutates in made:
+        # nondeterministic_seeded: no two calls are merged as one. They read the wrapper's state,
+        # which a forward() op between them may change, and nothing else says so.
+        tags = (*_fi_patch_tags(), torch.Tag.nondeterministic_seeded)
         op = torch.library.custom_op(
-            "fi_patch::" + entry.name + suffix, body, mutates_args=mutates, tags=_fi_patch_tags()
+            "fi_patch::" + entry.name + suffix, body, mutates_args=mutates, tags=tags
         )
         op.register_fake(its_fake)
         if not mutates:
             op.register_autograd(_fi_patch_boundary_no_grad, setup_context=_fi_patch_no_grad_setup)
-    _fi_patch_method_route(entry, given, flag, planned)
+    _fi_patch_method_route(entry, given, flag, planned, fake_name)
 
 
 # While torch.compile traces the method: the wrapper's key and what the fake reads of it, the
@@ -949,6 +995,7 @@ def _fi_patch_method_route(
     given: "Tuple[str, ...]",
     flag: "str",
     planned: "Tuple[Tuple[str, str, Any], ...]",
+    fake: "str",
 ) -> "None":
     names, defaults, positional = entry.names, entry.defaults, entry.positional
     kept = [names.index(k) for k in entry.kept]
@@ -960,21 +1007,39 @@ def _fi_patch_method_route(
     written = [names.index(g) for g in given]
     at = names.index(flag) if flag else -1
     attributes = [attribute for _, attribute, _ in planned]
-    body, called = entry.fn, getattr(entry.fn, "__qualname__", entry.name)
+    called = getattr(entry.fn, "__qualname__", entry.name)
+    fn = entry.fn
+
+    # A call the op does not take: the method's own body is traced, as unpatched; for a method
+    # that sets the wrapper's state and calls another (forward()), a TypeError that says why,
+    # since its stores would land after the graph, and the run() it calls would read the state
+    # they replace.
+    def body(self: "Any", *args: "Any", **kwargs: "Any") -> "Any":
+        if entry.refuses:
+            _fi_patch_refusing(entry, "a call its op does not take")()
+        return fn(self, *args, **kwargs)
+
     op = getattr(torch.ops.fi_patch, entry.name)
     out_op = getattr(torch.ops.fi_patch, entry.name + "_out", None)
+    copied = _fi_patch_copied.get(fake, _fi_patch_never)
 
     def traced(self: "Any", *args: "Any", **kwargs: "Any") -> "Any":
         key = getattr(self, "_fi_patch_key", None)
-        if key is None or len(args) > positional:
+        # No key of its own: made before fi-patch's routing existed, or a copy (copy.copy,
+        # pickle), which carries the key of the wrapper it copies.
+        if key is None or getattr(self, "_fi_patch_owner", None) != id(self):
+            return body(self, *args, **kwargs)
+        if len(args) > positional:
             return body(self, *args, **kwargs)
         values = _fi_patch_boundary_bind(called, names, defaults, positional, args, kwargs)
         if any(_fi_patch_other(values[i], value) for i, value in only):
             return body(self, *args, **kwargs)
         if any(_fi_patch_mistyped(values[i], kind) for i, kind in kinds):
             return body(self, *args, **kwargs)
-        # Neither a tensor nor a pair (a list): FlashInfer's own error, from its body.
+        # Neither a tensor nor a pair (a list): FlashInfer's own error, from the method.
         if any(not isinstance(values[i], (torch.Tensor, tuple, type(None))) for i in pairs):
+            return body(self, *args, **kwargs)
+        if copied(dict(zip(names, values))):
             return body(self, *args, **kwargs)
         for index in kept:
             if values[index] is not defaults[index]:
@@ -1517,8 +1582,28 @@ def _fi_patch_fake_batch_decode(values: "Dict[str, Any]", rule: "str", check: "A
     q = values["q"]
     _, v = check(values["paged_kv_cache"], values["planned_kv_layout"])
     dtype = values["planned_o_data_type"] or q.dtype
+    shaped = check.__globals__["check_shape_dtype_device"]
+    lse, out = values.get("lse"), values.get("out")
+    if values.get("return_lse") and lse is not None:
+        shaped(lse, (q.shape[0], q.shape[1]), torch.float32, q.device, "lse")
+    if out is not None:
+        shaped(out, q.shape, dtype, q.device, "out")
     out = q.new_empty((*q.shape[:-1], v.shape[-1]), dtype=dtype)
     return out, q.new_empty((q.shape[0], q.shape[1]), dtype=torch.float32)
+
+
+# The calls whose method returns another tensor than the out given, by fake: the op, which writes
+# the out given, could not return it. The decode wrapper's run() scales an FP8 out by v_scale into
+# a copy (every release 0.6.0 on, on every backend but 0.7.4's trtllm-gen, which scales in its
+# kernel; the op leaves them all out).
+def _fi_patch_fp8_out_scaled(values: "Dict[str, Any]") -> "bool":
+    out, scale = values.get("out"), values.get("v_scale")
+    eight = (torch.float8_e4m3fn, torch.float8_e5m2)
+    return out is not None and out.dtype in eight and scale is not None and scale != 1.0
+
+
+def _fi_patch_never(values: "Dict[str, Any]") -> "bool":
+    return False
 
 
 # FlashInfer's own _check_pos_encoding_mode and _check_kv_layout, as the attention functions run
@@ -1604,6 +1689,8 @@ _fi_patch_planned: "Dict[str, Tuple[Tuple[str, str, Any], ...]]" = {
         ("planned_o_data_type", "_cached_o_data_type", Optional[torch.dtype]),
     ),
 }
+
+_fi_patch_copied = {"batch_decode": _fi_patch_fp8_out_scaled}
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "act_and_mul": _fi_patch_fake_act_and_mul,

@@ -427,7 +427,8 @@ def _batch_decode(torch, f):
     given and lse asked for (allocated in the graph), HND (a wrapper planned so), plan()'s
     o_data_type float16, a dynamic batch, and the deprecated forward() (SGLang's call, to its own
     op) and forward_return_lse(); refused: a cache that is neither a tensor nor a pair (a list:
-    KeyError)."""
+    KeyError, from run() itself), an out of another dtype and an lse of another shape
+    (ValueError, from the fake as from run())."""
     plain, hnd = _planned_decode(torch, f, "NHD"), _planned_decode(torch, f, "HND")
     halves = _planned_decode(torch, f, "NHD", o_data_type=torch.float16)
     q = torch.randn(4, 32, 128, dtype=torch.bfloat16)
@@ -484,6 +485,12 @@ def _batch_decode(torch, f):
         )
     refused = [
         ("a cache in a list", lambda q, k, v: plain.run(q, [k, v]), (q, kv[:, 0], kv[:, 1])),
+        ("an out of another dtype", lambda q, kv, o: plain.run(q, kv, out=o), (q, kv, out.half())),
+        (
+            "an lse of another shape",
+            lambda q, kv, o, s: plain.run(q, kv, out=o, lse=s, return_lse=True),
+            (q, kv, out, lse[:2]),
+        ),
     ]
     return calls, refused
 
@@ -1476,10 +1483,11 @@ def _traced(ctx, torch, name, entry, standing, what, fn, arguments, dynamic):
         return False
     op = name + "_out" if re.search(r"\bout\b", what) else name
     op = name + "_writes" if re.search(r"\bwrites\b", what) else op
-    # A method that calls this one (forward()): its own op.
-    for alias in getattr(entry, "aliases", []):
-        if what.startswith(alias.fn.__name__ + "()"):
-            op = alias.name
+    # A wrapper's other method (a form named "forward() ..."): the op of its own, named as the
+    # method's op is, its name in the method's place.
+    method = re.match(r"(\w+)\(\)", what)
+    if method and getattr(entry, "method", False):
+        op = name[: len(name) - len(entry.fn.__name__)] + method.group(1)
     wanted = ("fi_patch.%s" % op, "fi_patch.%s.default" % op)
     mine = [c for c in graph if c in wanted]
     theirs = [c for c in graph if c.startswith(("flashinfer.", "fi_patch"))]
