@@ -181,8 +181,7 @@ class Boundary:
     def _keywords(self) -> str:
         """The call's keyword arguments after `returns`, those that are not their default."""
         return (
-            ""
-            + (f',\n        check="{self.check}"' if self.check else "")
+            (f',\n        check="{self.check}"' if self.check else "")
             + (f",\n        types={self._dict(self.types)}" if self.types else "")
             + (f',\n        returns_when="{self.returns_when}"' if self.returns_when else "")
             + (f",\n        only={self._only()}" if self.only or self.only_none else "")

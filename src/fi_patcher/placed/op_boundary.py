@@ -121,19 +121,32 @@ def _fi_patch_boundary(
     entry.returns = returns
     entry.only = dict(only or {})
     entry.uncapturable = dict(uncapturable or {})
-    _fi_patch_boundaries[name] = entry
+
+    def make(checking: "Any") -> "None":
+        made = _fi_patch_boundary_fakes[fake]
+        _fi_patch_make_boundary(entry, made, rule, checking, out, returns, types or {})
+
+    _fi_patch_entry_made(entry, check, fake, rule, make)
+    return entry.routed or fn
+
+
+# The entry registered by its op's name, then its ops made by `make`, given FlashInfer's own check
+# (`check`, by name): where its module has no such check, fi-patch no such rule of the fake, or
+# torch cannot make the op, the entry says why instead, and its function stays as it is.
+def _fi_patch_entry_made(
+    entry: "_FiPatchBoundary", check: "str", fake: "str", rule: "str", make: "Any"
+) -> "None":
+    _fi_patch_boundaries[entry.name] = entry
     try:
-        checking = _fi_patch_boundary_check(fn, check)
+        checking = _fi_patch_boundary_check(entry.fn, check)
         if check and checking is None:
             entry.reason = "its module has no function %s" % check
         elif rule not in _fi_patch_boundary_rules.get(fake, ()):
             entry.reason = "fi-patch has no fake %r with the rule %r" % (fake, rule)
         else:
-            made = _fi_patch_boundary_fakes[fake]
-            _fi_patch_make_boundary(entry, made, rule, checking, out, returns, types or {})
+            make(checking)
     except Exception as exc:
         entry.reason = "torch cannot make it an op: %s" % (str(exc).strip().splitlines() or [""])[0]
-    return entry.routed or fn
 
 
 # FlashInfer's own check of the problem, by name, in the entry point's module.
@@ -848,17 +861,11 @@ def _fi_patch_method_entry(
     entry.returns = returns
     entry.only = dict(only or {})
     entry.outputs = outputs
-    _fi_patch_boundaries[name] = entry
-    try:
-        checking = _fi_patch_boundary_check(fn, check)
-        if check and checking is None:
-            entry.reason = "its module has no function %s" % check
-        elif rule not in _fi_patch_boundary_rules.get(fake, ()):
-            entry.reason = "fi-patch has no fake %r with the rule %r" % (fake, rule)
-        else:
-            _fi_patch_make_method(entry, fake, rule, checking, out, types or {}, flag)
-    except Exception as exc:
-        entry.reason = "torch cannot make it an op: %s" % (str(exc).strip().splitlines() or [""])[0]
+
+    def make(checking: "Any") -> "None":
+        _fi_patch_make_method(entry, fake, rule, checking, out, types or {}, flag)
+
+    _fi_patch_entry_made(entry, check, fake, rule, make)
     return entry
 
 
