@@ -88,8 +88,12 @@ def test_a_default_apply_is_a_summary_in_a_terminal_and_piped(
     said = " ".join(shown.split())
     count = len(applicable)
     assert f"proofs: {count} of {count} red before the patch, {count} of {count} pass after" in said
-    assert f"applied {count} patches in " in said and "--diff shows the changes" in said
-    assert f"kept (`revert` puts them back) in {venv}/.fi-patch/backups" in said
+    assert (
+        f"applied {count} patches in " in said
+        and "(--diff shows them, `revert` undoes them)" in said
+    )
+    assert f"environment {venv} " in said
+    assert "files kept in the environment's .fi-patch/backups" in said
     assert "@@" not in shown and "+++" not in shown and " after: " not in shown
 
     reverted = subprocess.run(

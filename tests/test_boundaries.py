@@ -28,6 +28,7 @@ from tests.support.expected import PATCHES
 from tests.support.releases import (
     ACTIVATION,
     BATCH_DECODE,
+    BATCH_PREFILL,
     BATCHED,
     BMM_FP8,
     BOUNDARIES,
@@ -121,6 +122,7 @@ ENTRY_POINTS = {
     SINGLE_DECODE: "single_decode_with_kv_cache",
     SINGLE_PREFILL: "single_prefill_with_kv_cache",
     BATCH_DECODE: "batch_decode_with_paged_kv_cache_run",
+    BATCH_PREFILL: "batch_prefill_with_paged_kv_cache_run",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -180,6 +182,14 @@ PROVEN = {
         "the cache one tensor, positionally, a (k, v) pair, return_lse, out and lse given, out "
         "given, lse asked for, HND, o_data_type float16, a dynamic batch, forward() with "
         "sm_scale and logits_soft_cap, as SGLang calls it, forward_return_lse()",
+        "a cache in a list, an out of another dtype, an lse of another shape",
+    ),
+    # lse_layout from 0.7.1 (NEWER_FORMS for 0.7.4).
+    "batch_prefill_with_paged_kv_cache_run": (
+        "the cache one tensor, positionally, a (k, v) pair, return_lse, out and lse given, out "
+        "given, lse asked for, HND, causal, o_data_type float16, a dynamic token count, "
+        "forward() causal with sm_scale and logits_soft_cap, as SGLang calls it, "
+        "forward_return_lse()",
         "a cache in a list, an out of another dtype, an lse of another shape",
     ),
     # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
@@ -280,6 +290,10 @@ PROVEN = {
 # Forms 0.7.4 adds: out= (0.7.2.post1 on), top_k_max (0.7.4), top_k_renorm_probs'
 # is_deterministic (0.7.1 on), workspace_buffer (0.7.4) where it is all the MoE writes.
 NEWER_FORMS = {
+    "batch_prefill_with_paged_kv_cache_run": (
+        ", an lse given heads first (lse_layout HN), no out, return_lse",
+        "",
+    ),
     "block_scale_interleave": (", out=", ", out of the wrong size"),
     "top_k_top_p_sampling_from_probs": (", top_k_max", ""),
     "top_k_renorm_probs": (", is_deterministic", ""),
@@ -676,6 +690,7 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         TRTLLM_MXINT4_ROUTED: "0.6.13",
         CUTLASS_MOE: "0.6.8",
         BATCH_DECODE: "0.6.0",
+        BATCH_PREFILL: "0.6.0",
     }
     boundaries = [p for p in BOUNDARIES if Version(version) >= Version(since.get(p, "0"))]
 

@@ -137,9 +137,9 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         # its samplers are older texts too (the op boundaries cover 0.6.7 on, the renorm
         # samplers 0.6.0 on); it has no flashinfer/concat_ops.py (0.6.0 on), and no
         # fused_topk_deepseek (0.6.0 on); its cutlass_fused_moe is an older text than the op
-        # covers (0.6.8 on), and its decode wrapper's run() one older than the op covers (0.6.0
-        # on).
+        # covers (0.6.8 on), and its wrappers' run() older than their ops cover (0.6.0 on).
         f"{venv}: op-batch-decode-with-paged-kv-cache-run not-applicable",
+        f"{venv}: op-batch-prefill-with-paged-kv-cache-run not-applicable",
         f"{venv}: op-block-scale-interleave not-applicable",
         f"{venv}: op-bmm-fp8 not-applicable",
         f"{venv}: op-concat-mla-k not-applicable",

@@ -203,7 +203,10 @@ def test_a_wrapper_s_run_keeps_its_own_plan_errors_and_key(applied: Applied) -> 
     back); one compiled function called with one wrapper, another and the first again gives each
     its own result, from two graphs; and a copy of a wrapper (copy.copy, carrying its original's
     key), planned again, runs its own plan compiled, never its original's; an FP8 out with a
-    v_scale (run() returns a scaled copy) gives eager's result and leaves eager's buffer."""
+    v_scale (run() returns a scaled copy) gives eager's result and leaves eager's buffer. The
+    paged prefill wrapper's: its run() without plan() raises FlashInfer's own error both ways, an
+    eager run() dispatches no op, and planned for cute-dsl (which allocates its own way) its
+    run() is traced as unpatched: FlashInfer's own error both ways, no op in the graphs."""
     venv = applied("0.7.4", "2.14.1")
     completed = subprocess.run(
         [python_of(venv), IN_TARGET / "wrappers.py"],
@@ -224,3 +227,10 @@ def test_a_wrapper_s_run_keeps_its_own_plan_errors_and_key(applied: Applied) -> 
     assert (found["graphs"], found["equal"]) == (2, [True, True, True])
     assert found["copy"] is True
     assert found["fp8 out"] == [True, True]
+    eager, compiled_ = found["prefill unplanned"]
+    assert eager.startswith("AttributeError: ") and "_cached_" in eager
+    assert compiled_ == eager
+    assert found["prefill eager ops"] == []
+    eager, compiled_, ops = found["prefill cute-dsl"]
+    assert eager.startswith("AttributeError: ") and "run_paged" in eager
+    assert (compiled_, ops) == (eager, [])

@@ -26,6 +26,7 @@ from tests.support.releases import (
     ACTIVATION,
     API_LOGGING,
     BATCH_DECODE,
+    BATCH_PREFILL,
     BATCHED,
     BOUNDARIES,
     CONCAT,
@@ -238,7 +239,8 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
         (SINGLE_DECODE, "0.6.10"),
     ]
     assert [(p["id"], p["shape"]) for p in records[PREFILL]["patches"]] == [
-        (SINGLE_PREFILL, "0.6.18")
+        (BATCH_PREFILL, "0.6.18"),
+        (SINGLE_PREFILL, "0.6.18"),
     ]
     assert [(p["id"], p["shape"]) for p in records[UTILS]["patches"]] == [
         (DECLARED, "no-op"),

@@ -245,6 +245,58 @@ def wrappers(torch, f, t):  # type: ignore[no-untyped-def]
         return (plain.forward(q, kv, sm_scale=0.1), plain.forward(q, kv, sm_scale=0.2))
 
     yield forward + ", two scales", forward, inputs, scaled
+    yield from prefill_wrappers(torch, f, t, generator, workspace)
+
+
+def prefill_wrappers(torch, f, t, generator, workspace):  # type: ignore[no-untyped-def]
+    """The paged prefill wrapper's run() after plan(): 8 requests of 1 to 64 new tokens over 64
+    to 1024 keys in pages of 16 out of order, causal, with its lse and without, with out given
+    (vLLM's call), a wrapper made with use_cuda_graph=True, and the deprecated forward() twice
+    with two scales, causal (SGLang's call)."""
+    name = "batch_prefill_with_paged_kv_cache_run"
+    tokens = torch.randint(1, 65, (8,), generator=generator)
+    lengths = torch.randint(64, 1025, (8,), generator=generator)
+    pages = (lengths + 15) // 16
+    total, count = int(pages.sum()), int(tokens.sum())
+
+    def offsets(sizes):  # type: ignore[no-untyped-def]
+        return torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)]).int().cuda()
+
+    qo, indptr = offsets(tokens), offsets(pages)
+    indices = torch.randperm(total, generator=generator).int().cuda()
+    last = ((lengths - 1) % 16 + 1).int().cuda()
+    plain = f.BatchPrefillWithPagedKVCacheWrapper(workspace(), "NHD")
+    graphed = f.BatchPrefillWithPagedKVCacheWrapper(
+        workspace(),
+        "NHD",
+        use_cuda_graph=True,
+        qo_indptr_buf=qo.clone(),
+        paged_kv_indptr_buf=indptr.clone(),
+        paged_kv_indices_buf=indices.clone(),
+        paged_kv_last_page_len_buf=last.clone(),
+    )
+    for wrapper in (plain, graphed):
+        wrapper.plan(
+            qo, indptr, indices, last, 32, 8, 128, 16, causal=True, q_data_type=torch.bfloat16
+        )
+    inputs = (lambda: t(count, 32, 128), lambda: t(total, 2, 16, 8, 128))
+    yield name + ", return_lse", name, inputs, lambda q, kv: plain.run(q, kv, return_lse=True)
+    yield name, name, inputs, lambda q, kv: (plain.run(q, kv),)
+
+    def given(q, kv):  # type: ignore[no-untyped-def]
+        out = torch.empty_like(q)
+        plain.run(q, kv, out=out)
+        return (out,)
+
+    yield name + ", out given", name, inputs, given
+    yield name + ", use_cuda_graph=True", name, inputs, lambda q, kv: (graphed.run(q, kv),)
+    forward = "batch_prefill_with_paged_kv_cache_forward"
+
+    def scaled(q, kv):  # type: ignore[no-untyped-def]
+        first = plain.forward(q, kv, causal=True, sm_scale=0.1)
+        return (first, plain.forward(q, kv, causal=True, sm_scale=0.2))
+
+    yield forward + ", two scales, causal", forward, inputs, scaled
 
 
 THRESHOLDS = {

@@ -401,7 +401,7 @@ def _done(out: Console, result: Outcome, verbosity: Verbosity) -> None:
     written = [f for f in result.files if f.action == "written"]
     reverted = [f for f in result.files if f.action == "reverted"]
     shown = verbosity.diff or verbosity.full_diff
-    hint = "" if shown else " (--diff shows the changes)"
+    hint = " (`revert` undoes them)" if shown else " (--diff shows them, `revert` undoes them)"
     if written:
         count = sum(p.action in ("applied", "rewritten") for p in result.patches)
         patches = "patch" if count == 1 else "patches"
@@ -424,15 +424,14 @@ def _done(out: Console, result: Outcome, verbosity: Verbosity) -> None:
 
 
 def _backups(out: Console, result: Outcome) -> None:
-    """Where the original bytes of the files written are kept, in a line."""
+    """Where the original bytes of the files written are kept, in a line: in the store of the
+    environment named at the top of its block (its .fi-patch/backups), whatever its path's
+    length."""
     kept = [f.backup for f in result.files if f.backup is not None]
     if kept:
         files = "file" if len(kept) == 1 else "files"
-        _paragraph(
-            out,
-            f"original bytes of {len(kept)} {files} kept (`revert` puts them back) in "
-            f"{kept[0].parent}",
-        )
+        held = f"{kept[0].parent.parent.name}/{kept[0].parent.name}"
+        _paragraph(out, f"original bytes of {len(kept)} {files} kept in the environment's {held}")
 
 
 def _not_applicable(out: Console, result: Outcome, verbosity: Verbosity) -> None:

@@ -1072,7 +1072,103 @@ def _wrappers(f):
         "two BatchDecodeWithPagedKVCacheWrappers planned differently in one model": Case(
             lambda q, kv: nhd.run(q, kv) + other.run(q, kv, return_lse=True)[0], inputs, out * 2
         ),
+        **_prefill_wrappers(f, order),
     }
+
+
+def _prefill_wrappers(f, order):
+    """run() of BatchPrefillWithPagedKVCacheWrapper after plan(), planned as the decode wrapper's
+    cases plan theirs: 4 requests of 3, 2, 1 and 3 new tokens over 3, 17, 40 and 64 keys. The
+    cache as one tensor, causal as a (k, v) pair with return_lse, with out and lse given, HND,
+    into plan()'s o_data_type float16, over a cache that grows between calls, an lse heads first
+    (lse_layout "HN", 0.7.1 on), through the deprecated forward() twice with two scales, causal
+    (SGLang's call), and forward_return_lse(), and two wrappers planned differently in one
+    model."""
+    wrapper_class = f.BatchPrefillWithPagedKVCacheWrapper
+
+    def planned(kv_layout="NHD", tokens=(3, 2, 1, 3), last=(3, 1, 8, 16), **more):
+        with kernels.unpinned():
+            workspace = torch.empty(1024 * 1024, dtype=torch.uint8)
+            wrapper = wrapper_class(workspace, kv_layout, backend="fa2")
+        qo = torch.tensor([0, *tokens], dtype=torch.int32).cumsum(0, dtype=torch.int32)
+        indptr = _i32(0, 1, 3, 6, 10)
+        bf16 = torch.bfloat16
+        wrapper.plan(
+            qo,
+            indptr,
+            torch.tensor(order, dtype=torch.int32),
+            _i32(*last),
+            32,
+            8,
+            128,
+            16,
+            q_data_type=bf16,
+            kv_data_type=bf16,
+            **more,
+        )
+        return wrapper
+
+    def inputs(pages=10, hnd=False, seed=0, tokens=9):
+        shape = (pages, 2, 8, 16, 128) if hnd else (pages, 2, 16, 8, 128)
+        return [_random(tokens, 32, 128, seed=seed), _random(*shape, seed=seed + 1)]
+
+    nhd, hnd, causal = planned(), planned("HND"), planned(causal=True)
+    halves = planned(o_data_type=torch.float16)
+    other = planned(tokens=(1, 1, 4, 3), last=(2, 9, 3, 16), causal=True)
+    out = ("fi_patch.batch_prefill_with_paged_kv_cache_run",)
+    written = ("fi_patch.batch_prefill_with_paged_kv_cache_run_out",)
+    forward = "fi_patch.batch_prefill_with_paged_kv_cache_forward"
+    name = "BatchPrefillWithPagedKVCacheWrapper"
+
+    def into(q, kv, o, lse):
+        return nhd.run(q, kv, out=o, lse=lse, return_lse=True)
+
+    def forwarded(q, kv):
+        first = nhd.forward(q, kv, causal=True, sm_scale=0.1)
+        return first + nhd.forward(q, kv, causal=True, sm_scale=0.2)
+
+    found = {
+        name + ".run, the cache one tensor": Case(lambda q, kv: nhd.run(q, kv) * 2, inputs, out),
+        name + ".run causal, a (k, v) pair with return_lse": Case(
+            lambda q, kv: causal.run(q, (kv[:, 0], kv[:, 1]), return_lse=True), inputs, out
+        ),
+        name + ".run, out and lse given": Case(
+            into,
+            lambda: [*inputs(), torch.zeros(9, 32, 128, dtype=torch.bfloat16), torch.zeros(9, 32)],
+            written,
+            written=(2, 3),
+        ),
+        name + ".run, HND": Case(lambda q, kv: hnd.run(q, kv) + 1, lambda: inputs(hnd=True), out),
+        name + ".run into plan()'s o_data_type float16": Case(
+            lambda q, kv: halves.run(q, kv), inputs, out
+        ),
+        name + ".run over a cache that grows": Case(
+            lambda q, kv: causal.run(q, kv) - 1,
+            inputs,
+            out,
+            mark_dynamic=((1, 0),),
+            again=(lambda: inputs(pages=13, seed=5),),
+        ),
+        name + ".forward twice with two sm_scales, causal, as SGLang calls it": Case(
+            forwarded, inputs, (forward, forward)
+        ),
+        name + ".forward_return_lse": Case(
+            lambda q, kv: nhd.forward_return_lse(q, kv, causal=True, sm_scale=0.05),
+            inputs,
+            (forward + "_return_lse",),
+        ),
+        f"two {name}s planned differently in one model": Case(
+            lambda q, kv: nhd.run(q, kv) + other.run(q, kv, return_lse=True)[0], inputs, out * 2
+        ),
+    }
+    if _has(wrapper_class.run, "lse_layout"):
+        found[name + ".run, an lse given heads first (lse_layout HN)"] = Case(
+            lambda q, kv, lse: nhd.run(q, kv, lse=lse, return_lse=True, lse_layout="HN"),
+            lambda: [*inputs(), torch.zeros(32, 9)],
+            written,
+            written=(2,),
+        )
+    return found
 
 
 def _cascade(f):

@@ -712,8 +712,8 @@ def _paged(cache, pages, layout):
     return held.reshape(-1, *held.shape[2:])
 
 
-def _batch_decode_plan(*args, **kwargs):
-    """plan_info: the CPU kernel reads the wrapper's indptr, indices and last page lengths."""
+def _batch_plan(*args, **kwargs):
+    """plan_info: the CPU kernels read the wrapper's indptrs, indices and last page lengths."""
     return [0]
 
 
@@ -735,10 +735,42 @@ def _batch_decode(fws, iws, plan_info, q, k, v, indptr, indices, last, o, lse, l
             lse[b].copy_(logsumexp[0])
 
 
+def _batch_prefill(fws, iws, plan_info, q, k, v, qo, indptr, indices, last, o, lse, *rest):
+    """BatchPrefillWithPagedKVCacheWrapper's kernel (0.6 to 0.7.4, fa2): request b's tokens,
+    q[qo[b]:qo[b + 1]], over its pages as the decode kernel reads them, causal aligning its last
+    token with its last key. What comes after lse: the mask mode (0 none, 1 causal), the layout,
+    window_left, enable_pdl, the custom mask, its indptr, the alibi slopes (passed whatever the
+    mode: the cases plan pos_encoding_mode NONE), the three multi-item pointers, from 0.6.10 the
+    KV cache's scale factors, then the soft cap, sm_scale, rope's two and the items' length."""
+    mask_mode, layout, window_left, custom_mask = rest[0], rest[1], rest[2], rest[4]
+    soft_cap, sm_scale = rest[-5], rest[-4]
+    if any(s is not None for s in rest[10:-5]):
+        raise NotImplementedError("the CPU attention has no KV cache scale factors")
+    _plain(window_left, soft_cap, None)
+    if custom_mask is not None or mask_mode not in (0, 1):
+        raise NotImplementedError("the CPU attention has no custom mask")
+    page_size = k.shape[1] if layout == 0 else k.shape[2]
+    for b in range(indptr.numel() - 1):
+        pages = indices[indptr[b] : indptr[b + 1]].long()
+        length = (pages.numel() - 1) * page_size + int(last[b])
+        keys, values = _paged(k, pages, layout)[:length], _paged(v, pages, layout)[:length]
+        tokens = slice(int(qo[b]), int(qo[b + 1]))
+        out, logsumexp = _attention(q[tokens], keys, values, mask_mode == 1, sm_scale)
+        o[tokens].copy_(out)
+        if lse is not None:
+            lse[tokens].copy_(logsumexp)
+
+
+_BATCH_PREFILL = {"plan": _batch_plan, "paged_run": _batch_prefill}
+
 OF_MODULE = {
     "gen_single_decode_module": {"run": _single_decode},
     "gen_single_prefill_module": {"run": _single_prefill},
-    "gen_batch_decode_module": {"plan": _batch_decode_plan, "run": _batch_decode},
+    "gen_batch_decode_module": {"plan": _batch_plan, "run": _batch_decode},
+    "gen_batch_prefill_module": _BATCH_PREFILL,
+    # 0.7.4's fa2 module, and the one it loads for a cache whose k and v strides differ.
+    "_gen_batch_prefill_primary_module": _BATCH_PREFILL,
+    "_gen_batch_prefill_independent_paged_module": _BATCH_PREFILL,
 }
 """Kernels by the JIT module that has them, where their names are too common to tell them apart
 (every attention module has a run)."""
@@ -922,7 +954,7 @@ def install():
             continue
         space = vars(module)
         for key, value in list(space.items()):
-            if key.startswith("gen_") and "_module" in key and callable(value):
+            if key.startswith(("gen_", "_gen_")) and "_module" in key and callable(value):
                 space[key] = functools.partial(_spec, key)
             elif key in REPLACED:
                 space[key] = REPLACED[key]

@@ -15,7 +15,12 @@ Prints one JSON line:
   original's key) gave against the copy's eager run() (equal: it runs as unpatched, never with
   the original's plan);
 - "fp8 out": a compiled run() into an FP8 out with a v_scale (which returns a scaled copy, not
-  the out given) against eager: the results equal, and the buffers given equal.
+  the out given) against eager: the results equal, and the buffers given equal;
+- "prefill unplanned", "prefill eager ops": the same two of BatchPrefillWithPagedKVCacheWrapper;
+- "prefill cute-dsl": a prefill wrapper planned for a backend that allocates its own way
+  (cute-dsl, 0.7 on: its run() is traced as unpatched): the exception its run() raises eagerly
+  and compiled on the CPU (FlashInfer's own, both ways), and the fi_patch ops its graphs hold
+  (none).
 """
 
 from __future__ import annotations
@@ -136,7 +141,63 @@ def main():
         scaled(q, kv, buffers[1]),
     )
     found["fp8 out"] = [bool(torch.equal(eager, compiled)), bool(torch.equal(*buffers))]
+    found.update(prefill(f))
     print(json.dumps(found))
+
+
+def prefill(f):
+    """The prefill wrapper's run() without plan(), planned, and planned for cute-dsl."""
+    found = {}
+
+    def prefill_made():
+        with kernels.unpinned():
+            workspace = torch.empty(1 << 20, dtype=torch.uint8)
+            return f.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend="fa2")
+
+    q = torch.randn(3, 8, 64, dtype=torch.bfloat16)
+    kv = torch.randn(2, 2, 4, 2, 64, dtype=torch.bfloat16)
+    unplanned = prefill_made()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, kv: unplanned.run(q, kv), fullgraph=True)
+    found["prefill unplanned"] = [
+        raised(lambda: unplanned.run(q, kv)),
+        raised(lambda: compiled(q, kv)),
+    ]
+    wrapper = prefill_made()
+    bf16 = torch.bfloat16
+    wrapper.plan(
+        torch.tensor([0, 2, 3], dtype=torch.int32),
+        torch.tensor([0, 1, 2], dtype=torch.int32),
+        torch.tensor([1, 0], dtype=torch.int32),
+        torch.tensor([4, 3], dtype=torch.int32),
+        8,
+        2,
+        64,
+        4,
+        q_data_type=bf16,
+        kv_data_type=bf16,
+    )
+    mode = Dispatched()
+    with mode:
+        wrapper.run(q, kv)
+    found["prefill eager ops"] = mode.ops
+    # Planned for cute-dsl as a host that has it plans (0.7 on): on the CPU its run() refuses
+    # for want of the backend's own wrapper, eagerly and compiled.
+    wrapper._backend = "cute-dsl"
+    torch._dynamo.reset()
+    graphs = []
+
+    def recording(gm, example_inputs):
+        graphs.append([str(n.target) for n in gm.graph.nodes if "fi_patch" in str(n.target)])
+        return gm.forward
+
+    compiled = torch.compile(lambda q, kv: wrapper.run(q, kv), backend=recording)
+    found["prefill cute-dsl"] = [
+        raised(lambda: wrapper.run(q, kv)),
+        raised(lambda: compiled(q, kv)),
+        [op for ops in graphs for op in ops],
+    ]
+    return found
 
 
 if __name__ == "__main__":

@@ -76,6 +76,7 @@ CUTLASS_MOE = "op-cutlass-fused-moe"
 SINGLE_DECODE = "op-single-decode-with-kv-cache"
 SINGLE_PREFILL = "op-single-prefill-with-kv-cache"
 BATCH_DECODE = "op-batch-decode-with-paged-kv-cache-run"
+BATCH_PREFILL = "op-batch-prefill-with-paged-kv-cache-run"
 ROUTED = (
     TRTLLM_BF16_ROUTED,
     TRTLLM_FP4_ROUTED,
@@ -109,6 +110,7 @@ flashinfer/activation.py from 0.6.0; from 0.6.7 mxfp8_quantize in FP8_QUANT and 
 FP4."""
 BOUNDARIES = (
     BATCH_DECODE,
+    BATCH_PREFILL,
     INTERLEAVE,
     BMM_FP8,
     CONCAT,
@@ -141,8 +143,8 @@ TOP_K, TOP_K_TOP_P, TOP_P, from 0.6.7) and the renorm samplers (MASK, TOP_K_RENO
 TOP_P_RENORM, from 0.6.0), concat_mla_k (CONCAT) in CONCAT_OPS and fused_topk_deepseek
 (TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, MOE in MOE_CORE, from 0.6.8, cutlass_fused_moe
 (CUTLASS_MOE) in MOE_CORE, from 0.6.8 too, the single-request attention (SINGLE_DECODE in
-DECODE, SINGLE_PREFILL in PREFILL), from 0.2.6, and the decode wrapper's run() (BATCH_DECODE in
-DECODE), from 0.6.0."""
+DECODE, SINGLE_PREFILL in PREFILL), from 0.2.6, and the wrappers' run() (BATCH_DECODE in DECODE,
+BATCH_PREFILL in PREFILL), from 0.6.0."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
@@ -457,7 +459,7 @@ def _in_moe_core(shapes: dict[str, str]) -> dict[str, tuple[str, str]]:
 
 # The shape of each op-* patch that holds a file of its own (op-concat-mla-k from 0.6.0, not in
 # 0.6.0rc1; op-fused-topk-deepseek from 0.6.0rc1; the MOE patches, which share one, from 0.6.8;
-# the single-request attention's two from 0.2.6; the decode wrapper's run() from 0.6.0, not in
+# the single-request attention's two from 0.2.6; the wrappers' run() from 0.6.0, not in
 # 0.6.0rc1)
 # and sha256[:12] of that file, by release, taken from the archives the index verified.
 OWN_FILES = {
@@ -474,6 +476,7 @@ OWN_FILES = {
     SINGLE_DECODE: DECODE,
     SINGLE_PREFILL: PREFILL,
     BATCH_DECODE: DECODE,
+    BATCH_PREFILL: PREFILL,
 }
 OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     CONCAT: {
@@ -701,6 +704,20 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
         "0.7.1": ("0.6.18", "0f1f9e03a7aa"),
         "0.7.1rc1": ("0.6.18", "059a9dc01d65"),
         "0.7.2rc6": ("0.6.18", "b4a51047d4dd"),
+        "0.7.4": ("0.7.4", "7dd28922ca85"),
+    },
+    BATCH_PREFILL: {
+        "0.6.0": ("0.6.0", "cacba49e7b5a"),
+        "0.6.7": ("0.6.7", "5060a48d59ab"),
+        "0.6.8": ("0.6.8", "35c3eaf707ab"),
+        "0.6.10": ("0.6.10", "5b6eca119718"),
+        "0.6.11.post3": ("0.6.10", "984c4c864d85"),
+        "0.6.12": ("0.6.10", "af28f2190783"),
+        "0.6.18.post1": ("0.6.18", "2ad12a8387b3"),
+        "0.7.0": ("0.7.0", "bd4aaa0a2446"),
+        "0.7.1": ("0.7.1", "0f1f9e03a7aa"),
+        "0.7.1rc1": ("0.7.1", "059a9dc01d65"),
+        "0.7.2rc6": ("0.7.2.post1", "b4a51047d4dd"),
         "0.7.4": ("0.7.4", "7dd28922ca85"),
     },
     BATCH_DECODE: {

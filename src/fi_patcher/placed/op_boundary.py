@@ -768,8 +768,9 @@ def _fi_patch_op_type(annotation: "Any", default: "Any") -> "Any":
 # call the op does not take is traced as the method's own body, as unpatched: a wrapper without
 # a key of its own (made before fi-patch's routing existed, or a copy, which carries its
 # original's), a call with *args (arguments for a custom kernel), another value of a parameter
-# the op carries one value of, a value its schema cannot take, or one whose method returns
-# another tensor than the out given (`_fi_patch_copied`). The ops are tagged
+# the op carries one value of, a value its schema cannot take, or one the fake does not follow
+# (`_fi_patch_unpatched`: its method returns another tensor than the out given, or its wrapper
+# was planned for a backend that allocates its own way). The ops are tagged
 # nondeterministic_seeded: no two calls are merged as one.
 _fi_patch_wrappers: "Any" = weakref.WeakValueDictionary()
 _fi_patch_wrapper_keys = itertools.count(1)
@@ -1028,7 +1029,8 @@ def _fi_patch_method_route(
 
     op = getattr(torch.ops.fi_patch, entry.name)
     out_op = getattr(torch.ops.fi_patch, entry.name + "_out", None)
-    copied = _fi_patch_copied.get(fake, _fi_patch_never)
+    unpatched = _fi_patch_unpatched.get(fake, _fi_patch_never)
+    read = [name for name, _, _ in planned]
 
     def traced(self: "Any", *args: "Any", **kwargs: "Any") -> "Any":
         key = getattr(self, "_fi_patch_key", None)
@@ -1046,7 +1048,8 @@ def _fi_patch_method_route(
         # Neither a tensor nor a pair (a list): FlashInfer's own error, from the method.
         if any(not isinstance(values[i], (torch.Tensor, tuple, type(None))) for i in pairs):
             return body(self, *args, **kwargs)
-        if copied(dict(zip(names, values))):
+        state = [getattr(self, a, None) for a in attributes]
+        if unpatched({**dict(zip(names, values)), **dict(zip(read, state))}):
             return body(self, *args, **kwargs)
         for index in kept:
             if values[index] is not defaults[index]:
@@ -1054,7 +1057,7 @@ def _fi_patch_method_route(
                     "fi-patch's op for %s() leaves %s to its default: pass it only outside "
                     "torch.compile" % (called, names[index])
                 )
-        passed: "List[Any]" = [key] + [getattr(self, a, None) for a in attributes]
+        passed: "List[Any]" = [key, *state]
         for index, value in enumerate(values):
             if index in enums and value is not None:
                 passed.append(int(value))
@@ -1599,14 +1602,55 @@ def _fi_patch_fake_batch_decode(values: "Dict[str, Any]", rule: "str", check: "A
     return out, q.new_empty((q.shape[0], q.shape[1]), dtype=torch.float32)
 
 
-# The calls whose method returns another tensor than the out given, by fake: the op, which writes
-# the out given, could not return it. The decode wrapper's run() scales an FP8 out by v_scale into
-# a copy (every release 0.6.0 on, on every backend but 0.7.4's trtllm-gen, which scales in its
-# kernel; the op leaves them all out).
+# BatchPrefillWithPagedKVCacheWrapper.run (flashinfer/prefill.py), after plan(), on the backends
+# whose allocation run() does itself (fa2, fa3, cudnn, trtllm-gen; cute-dsl and cute-dsl-prims,
+# 0.7 on, allocate their own way and are left to run()'s body, `_fi_patch_unpatched`): the cache
+# unpacked by FlashInfer's own _unpack_paged_kv_cache (check) in the wrapper's layout (KeyError),
+# lse_base and lse_layout checked by FlashInfer's own check_lse_base and check_lse_layout where
+# the release has them (0.7.1 on: ValueError), then an lse given checked as run() checks it
+# ((tokens, heads) float32, (heads, tokens) and contiguous for lse_layout "HN": ValueError), an
+# out given checked against out as run() allocates it: q's shape but v's head dim, in plan()'s
+# o_data_type (q's dtype where plan() gave none), contiguous (ValueError). lse: float32 in its
+# layout. Which kernel runs, its checks against plan() (the dtypes, q's token count) and the
+# kernel run in the op. One rule: "planned" (0.6.0 on).
+def _fi_patch_fake_batch_prefill(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    q = values["q"]
+    _, v = check(values["paged_kv_cache"], values["planned_kv_layout"])
+    for checked in ("lse_base", "lse_layout"):
+        checker = check.__globals__.get("check_" + checked)
+        if checked in values and checker is not None:
+            checker(values[checked])
+    heads_first = values.get("lse_layout") == "HN"
+    lse_shape = (q.shape[1], q.shape[0]) if heads_first else (q.shape[0], q.shape[1])
+    shaped = check.__globals__["check_shape_dtype_device"]
+    dtype = values["planned_o_data_type"] or q.dtype
+    shape = (*q.shape[:-1], v.shape[-1])
+    lse, out = values.get("lse"), values.get("out")
+    if values.get("return_lse") and lse is not None:
+        shaped(lse, lse_shape, torch.float32, q.device, "lse")
+        if heads_first and not lse.is_contiguous():
+            raise ValueError('lse for lse_layout="HN" must be contiguous')
+    if out is not None:
+        shaped(out, shape, dtype, q.device, "out")
+    return q.new_empty(shape, dtype=dtype), q.new_empty(lse_shape, dtype=torch.float32)
+
+
+# The calls a method's fake does not follow, by fake: they are traced as the method's own body.
+# The wrappers' run() scales an FP8 out by v_scale into a copy (every release 0.6.0 on, on every
+# backend but 0.7.4's trtllm-gen, which scales in its kernel; the op leaves them all out): the op,
+# which writes the out given, could not return it.
 def _fi_patch_fp8_out_scaled(values: "Dict[str, Any]") -> "bool":
     out, scale = values.get("out"), values.get("v_scale")
     eight = (torch.float8_e4m3fn, torch.float8_e5m2)
     return out is not None and out.dtype in eight and scale is not None and scale != 1.0
+
+
+# The prefill wrapper's run() on the backends that allocate their own way (0.7 on): cute-dsl gives
+# bfloat16 for an FP8 q and its kernel's scratch otherwise, cute-dsl-prims q's shape whatever v's
+# head dim; neither runs on a host fi-patch can check their allocation on.
+def _fi_patch_prefill_unfollowed(values: "Dict[str, Any]") -> "bool":
+    own = values.get("planned_backend") in ("cute-dsl", "cute-dsl-prims")
+    return own or _fi_patch_fp8_out_scaled(values)
 
 
 def _fi_patch_never(values: "Dict[str, Any]") -> "bool":
@@ -1686,6 +1730,7 @@ _fi_patch_boundary_rules = {
     "single_decode": ("allocated",),
     "single_prefill": ("allocated",),
     "batch_decode": ("planned",),
+    "batch_prefill": ("planned",),
 }
 
 # What a method's fake reads of its wrapper, by fake: the op's parameter, the wrapper's attribute
@@ -1695,9 +1740,17 @@ _fi_patch_planned: "Dict[str, Tuple[Tuple[str, str, Any], ...]]" = {
         ("planned_kv_layout", "_kv_layout", str),
         ("planned_o_data_type", "_cached_o_data_type", Optional[torch.dtype]),
     ),
+    "batch_prefill": (
+        ("planned_kv_layout", "_kv_layout", str),
+        ("planned_o_data_type", "_cached_o_data_type", Optional[torch.dtype]),
+        ("planned_backend", "_backend", str),
+    ),
 }
 
-_fi_patch_copied = {"batch_decode": _fi_patch_fp8_out_scaled}
+_fi_patch_unpatched = {
+    "batch_decode": _fi_patch_fp8_out_scaled,
+    "batch_prefill": _fi_patch_prefill_unfollowed,
+}
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "act_and_mul": _fi_patch_fake_act_and_mul,
@@ -1719,4 +1772,5 @@ _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "single_decode": _fi_patch_fake_single_decode,
     "single_prefill": _fi_patch_fake_single_prefill,
     "batch_decode": _fi_patch_fake_batch_decode,
+    "batch_prefill": _fi_patch_fake_batch_prefill,
 }

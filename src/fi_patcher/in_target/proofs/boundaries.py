@@ -495,29 +495,133 @@ def _batch_decode(torch, f):
     return calls, refused
 
 
-def _planned_decode(torch, f, kv_layout, **more):
-    """A BatchDecodeWithPagedKVCacheWrapper on the CPU, planned as an engine plans it before its
-    compiled region: its constructor's pinned host buffers unpinned (pinning needs a driver), and
-    the JIT module plan() builds stood in (Planned: run()'s kernel does nothing)."""
-    import flashinfer.decode as decode
+def _batch_prefill(torch, f):
+    """BatchPrefillWithPagedKVCacheWrapper.run after plan(), on the CPU: 4 requests of 3, 2, 1
+    and 3 new tokens, 32 query heads over 8 KV heads of 128, pages of 16 (their KV lengths 3, 17,
+    40 and 64). The cache as one tensor positionally, as a (k, v) pair with return_lse, with out
+    and lse given, with out given and lse asked for (allocated in the graph), HND, causal,
+    plan()'s o_data_type float16, a dynamic token count, the deprecated forward() (SGLang's call,
+    causal, to its own op) and forward_return_lse(), and an lse given heads first (lse_layout
+    "HN", 0.7.1 on); refused: a cache that is neither a tensor nor a pair (a list: KeyError,
+    from run() itself), an out of another dtype and an lse of another shape (ValueError, from the
+    fake as from run())."""
+    import inspect
 
+    plain, hnd = _planned_prefill(torch, "NHD"), _planned_prefill(torch, "HND")
+    causal = _planned_prefill(torch, "NHD", causal=True)
+    halves = _planned_prefill(torch, "NHD", o_data_type=torch.float16)
+    q = torch.randn(9, 32, 128, dtype=torch.bfloat16)
+    kv = torch.randn(8, 2, 16, 8, 128, dtype=torch.bfloat16)
+    out = torch.empty(9, 32, 128, dtype=torch.bfloat16)
+    lse = torch.empty(9, 32, dtype=torch.float32)
+    calls = [
+        ("the cache one tensor, positionally", lambda q, kv: plain.run(q, kv), (q, kv), None),
+        (
+            "a (k, v) pair, return_lse",
+            lambda q, k, v: plain.run(q, (k, v), return_lse=True),
+            (q, kv[:, 0], kv[:, 1]),
+            None,
+        ),
+        (
+            "out and lse given",
+            lambda q, kv, out, lse: plain.run(q, kv, out=out, lse=lse, return_lse=True),
+            (q, kv, out, lse),
+            None,
+        ),
+        (
+            "out given, lse asked for",
+            lambda q, kv, out: plain.run(q, kv, out=out, return_lse=True),
+            (q, kv, out),
+            None,
+        ),
+        ("HND", lambda q, kv: hnd.run(q, kv), (q, kv.transpose(2, 3).contiguous()), None),
+        ("causal", lambda q, kv: causal.run(q, kv) * 2, (q, kv), None),
+        ("o_data_type float16", lambda q, kv: halves.run(q, kv) * 2, (q, kv), None),
+        ("a dynamic token count", lambda q, kv: plain.run(q, kv) + 1, (q, kv), 0),
+    ]
+    # SGLang's call: forward() with causal and the scales it sets on the wrapper.
+    if hasattr(plain, "forward"):
+        calls.append(
+            (
+                "forward() causal with sm_scale and logits_soft_cap, as SGLang calls it",
+                lambda q, kv: plain.forward(q, kv, causal=True, sm_scale=0.1, logits_soft_cap=30.0),
+                (q, kv),
+                None,
+            )
+        )
+    if hasattr(plain, "forward_return_lse"):
+        calls.append(
+            (
+                "forward_return_lse()",
+                lambda q, kv: plain.forward_return_lse(q, kv),
+                (q, kv),
+                None,
+            )
+        )
+    if "lse_layout" in inspect.signature(plain.run).parameters:
+        calls.append(
+            (
+                "an lse given heads first (lse_layout HN), no out, return_lse",
+                lambda q, kv, s: plain.run(q, kv, lse=s, return_lse=True, lse_layout="HN"),
+                (q, kv, lse.t().contiguous()),
+                None,
+            )
+        )
+    refused = [
+        ("a cache in a list", lambda q, k, v: plain.run(q, [k, v]), (q, kv[:, 0], kv[:, 1])),
+        ("an out of another dtype", lambda q, kv, o: plain.run(q, kv, out=o), (q, kv, out.half())),
+        (
+            "an lse of another shape",
+            lambda q, kv, o, s: plain.run(q, kv, out=o, lse=s, return_lse=True),
+            (q, kv, out, lse[:2]),
+        ),
+    ]
+    return calls, refused
+
+
+def _planned_prefill(torch, kv_layout, **more):
+    """A BatchPrefillWithPagedKVCacheWrapper on the CPU, planned for 4 requests of 3, 2, 1 and 3
+    new tokens over KV lengths 3, 17, 40 and 64 (pages of 16), 32 query heads over 8 KV heads of
+    128."""
+    qo_indptr = torch.tensor([0, 3, 5, 6, 9], dtype=torch.int32)
+    indptr = torch.tensor([0, 1, 3, 6, 10], dtype=torch.int32)
+    indices = torch.arange(10, dtype=torch.int32) % 8
+    last = torch.tensor([3, 1, 8, 16], dtype=torch.int32)
+    planned = (qo_indptr, indptr, indices, last, 32, 8, 128, 16)
+    wrapper_class = "BatchPrefillWithPagedKVCacheWrapper"
+    return _planned(torch, "prefill", wrapper_class, planned, kv_layout, more)
+
+
+def _planned_decode(torch, f, kv_layout, **more):
+    """A BatchDecodeWithPagedKVCacheWrapper on the CPU, planned for 4 requests of 32 query heads
+    over 8 KV heads of 128, pages of 16 (their KV lengths 1, 17, 40 and 64)."""
     indptr = torch.tensor([0, 1, 3, 6, 10], dtype=torch.int32)
     indices = torch.arange(10, dtype=torch.int32) % 8
     last = torch.tensor([1, 1, 8, 16], dtype=torch.int32)
-    space = vars(decode)
+    planned = (indptr, indices, last, 32, 8, 128, 16)
+    return _planned(torch, "decode", "BatchDecodeWithPagedKVCacheWrapper", planned, kv_layout, more)
+
+
+def _planned(torch, module, wrapper_class, planned, kv_layout, more):
+    """A wrapper of flashinfer.MODULE on the CPU, planned as an engine plans it before its
+    compiled region: its constructor's pinned host buffers unpinned (pinning needs a driver),
+    the backend "auto" chooses fa2 (the choice asks the device), and the JIT module plan() builds
+    stood in (Planned: run()'s kernel does nothing)."""
+    import importlib
+
+    space = vars(importlib.import_module("flashinfer." + module))
     saved = dict(space)
     for key, value in list(space.items()):
         if key.startswith("get_") and "module" in key and callable(value):
             space[key] = lambda *a, **k: Planned()
     space["torch"] = _Unpinned(torch)
     space["get_compute_capability"] = lambda device: (10, 0)
+    space["determine_attention_backend"] = lambda *args, **kwargs: "fa2"
     try:
         workspace = torch.empty(1024 * 1024, dtype=torch.uint8)
-        wrapper = decode.BatchDecodeWithPagedKVCacheWrapper(workspace, kv_layout)
+        wrapper = space[wrapper_class](workspace, kv_layout)
         bf16 = torch.bfloat16
-        wrapper.plan(
-            indptr, indices, last, 32, 8, 128, 16, q_data_type=bf16, kv_data_type=bf16, **more
-        )
+        wrapper.plan(*planned, q_data_type=bf16, kv_data_type=bf16, **more)
     finally:
         space.clear()
         space.update(saved)
@@ -1041,6 +1145,7 @@ made by _sampling, the renorm samplers' (RENORMS) by _renorm)."""
 
 WRAPPERS = {
     "batch_decode_with_paged_kv_cache_run": _batch_decode,
+    "batch_prefill_with_paged_kv_cache_run": _batch_prefill,
 }
 """The wrappers' methods' call forms, by the patch's name: each makes and plans its wrappers."""
 
