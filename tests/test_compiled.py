@@ -206,7 +206,8 @@ def test_a_wrapper_s_run_keeps_its_own_plan_errors_and_key(applied: Applied) -> 
     v_scale (run() returns a scaled copy) gives eager's result and leaves eager's buffer. The
     paged prefill wrapper's: its run() without plan() raises FlashInfer's own error both ways, an
     eager run() dispatches no op, and planned for cute-dsl (which allocates its own way) its
-    run() is traced as unpatched: FlashInfer's own error both ways, no op in the graphs."""
+    run() and its forward() are traced as unpatched: FlashInfer's own error both ways, no op in
+    the graphs."""
     venv = applied("0.7.4", "2.14.1")
     completed = subprocess.run(
         [python_of(venv), IN_TARGET / "wrappers.py"],
@@ -234,3 +235,5 @@ def test_a_wrapper_s_run_keeps_its_own_plan_errors_and_key(applied: Applied) -> 
     eager, compiled_, ops = found["prefill cute-dsl"]
     assert eager.startswith("AttributeError: ") and "run_paged" in eager
     assert (compiled_, ops) == (eager, [])
+    eager, compiled_ = found["prefill cute-dsl forward"]
+    assert eager.startswith("AttributeError: ") and compiled_ == eager

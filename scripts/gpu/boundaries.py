@@ -10,8 +10,8 @@ Run it with the target environment's own python, after `fi-patch apply` there:
 op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantizers, the samplers with
 seed and offset given, the renorm samplers on bfloat16 input, concat_mla_k, fused_topk_deepseek,
 trtllm_fp4_block_scale_moe into output=, SM100 only, single_decode_with_kv_cache,
-single_prefill_with_kv_cache, and BatchDecodeWithPagedKVCacheWrapper.run after plan(), with
-use_cuda_graph=True too),
+single_prefill_with_kv_cache, and the run() of BatchDecodeWithPagedKVCacheWrapper and
+BatchPrefillWithPagedKVCacheWrapper after plan(), with use_cuda_graph=True too),
 called without and with `out=` where it takes it, it compares `torch.compile(fullgraph=True)` (the
 default backend, Inductor) with the eager call, bit for bit; then captures the compiled function in
 a CUDA graph, replays it on new input, and compares again.

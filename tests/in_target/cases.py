@@ -1113,7 +1113,8 @@ def _prefill_wrappers(f, order):
         return [_random(tokens, 32, 128, seed=seed), _random(*shape, seed=seed + 1)]
 
     nhd, hnd, causal = planned(), planned("HND"), planned(causal=True)
-    halves = planned(o_data_type=torch.float16)
+    # forward() sets causal and the scales on its own wrapper: the others keep their plan's.
+    halves, forwarded_by = planned(o_data_type=torch.float16), planned()
     other = planned(tokens=(1, 1, 4, 3), last=(2, 9, 3, 16), causal=True)
     out = ("fi_patch.batch_prefill_with_paged_kv_cache_run",)
     written = ("fi_patch.batch_prefill_with_paged_kv_cache_run_out",)
@@ -1124,8 +1125,8 @@ def _prefill_wrappers(f, order):
         return nhd.run(q, kv, out=o, lse=lse, return_lse=True)
 
     def forwarded(q, kv):
-        first = nhd.forward(q, kv, causal=True, sm_scale=0.1)
-        return first + nhd.forward(q, kv, causal=True, sm_scale=0.2)
+        first = forwarded_by.forward(q, kv, causal=True, sm_scale=0.1)
+        return first + forwarded_by.forward(q, kv, causal=True, sm_scale=0.2)
 
     found = {
         name + ".run, the cache one tensor": Case(lambda q, kv: nhd.run(q, kv) * 2, inputs, out),
@@ -1153,7 +1154,7 @@ def _prefill_wrappers(f, order):
             forwarded, inputs, (forward, forward)
         ),
         name + ".forward_return_lse": Case(
-            lambda q, kv: nhd.forward_return_lse(q, kv, causal=True, sm_scale=0.05),
+            lambda q, kv: forwarded_by.forward_return_lse(q, kv, causal=True, sm_scale=0.05),
             inputs,
             (forward + "_return_lse",),
         ),

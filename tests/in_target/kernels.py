@@ -768,7 +768,7 @@ OF_MODULE = {
     "gen_single_prefill_module": {"run": _single_prefill},
     "gen_batch_decode_module": {"plan": _batch_plan, "run": _batch_decode},
     "gen_batch_prefill_module": _BATCH_PREFILL,
-    # 0.7.4's fa2 module, and the one it loads for a cache whose k and v strides differ.
+    # The fa2 module of 0.7.x, and the one it loads for a cache whose k and v strides differ.
     "_gen_batch_prefill_primary_module": _BATCH_PREFILL,
     "_gen_batch_prefill_independent_paged_module": _BATCH_PREFILL,
 }

@@ -18,9 +18,9 @@ Prints one JSON line:
   the out given) against eager: the results equal, and the buffers given equal;
 - "prefill unplanned", "prefill eager ops": the same two of BatchPrefillWithPagedKVCacheWrapper;
 - "prefill cute-dsl": a prefill wrapper planned for a backend that allocates its own way
-  (cute-dsl, 0.7 on: its run() is traced as unpatched): the exception its run() raises eagerly
+  (cute-dsl, 0.6.18 on: its run() is traced as unpatched): the exception its run() raises eagerly
   and compiled on the CPU (FlashInfer's own, both ways), and the fi_patch ops its graphs hold
-  (none).
+  (none); "prefill cute-dsl forward": the same of its forward().
 """
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def prefill(f):
     with mode:
         wrapper.run(q, kv)
     found["prefill eager ops"] = mode.ops
-    # Planned for cute-dsl as a host that has it plans (0.7 on): on the CPU its run() refuses
+    # Planned for cute-dsl as a host that has it plans (0.6.18 on): on the CPU its run() refuses
     # for want of the backend's own wrapper, eagerly and compiled.
     wrapper._backend = "cute-dsl"
     torch._dynamo.reset()
@@ -196,6 +196,14 @@ def prefill(f):
         raised(lambda: wrapper.run(q, kv)),
         raised(lambda: compiled(q, kv)),
         [op for ops in graphs for op in ops],
+    ]
+    # forward() too is traced as it is there (its stores and the run() it calls together), not
+    # refused as a call its own op cannot take.
+    torch._dynamo.reset()
+    forwarded = torch.compile(lambda q, kv: wrapper.forward(q, kv, causal=True), backend=recording)
+    found["prefill cute-dsl forward"] = [
+        raised(lambda: wrapper.forward(q, kv, causal=True)),
+        raised(lambda: forwarded(q, kv)),
     ]
     return found
 

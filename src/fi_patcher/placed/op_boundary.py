@@ -1049,8 +1049,10 @@ def _fi_patch_method_route(
         if any(not isinstance(values[i], (torch.Tensor, tuple, type(None))) for i in pairs):
             return body(self, *args, **kwargs)
         state = [getattr(self, a, None) for a in attributes]
+        # A call the fake does not follow: the method itself is traced, forward() too (its
+        # stores and the run() it calls are traced together then, as unpatched).
         if unpatched({**dict(zip(names, values)), **dict(zip(read, state))}):
-            return body(self, *args, **kwargs)
+            return fn(self, *args, **kwargs)
         for index in kept:
             if values[index] is not defaults[index]:
                 raise TypeError(
@@ -1603,16 +1605,17 @@ def _fi_patch_fake_batch_decode(values: "Dict[str, Any]", rule: "str", check: "A
 
 
 # BatchPrefillWithPagedKVCacheWrapper.run (flashinfer/prefill.py), after plan(), on the backends
-# whose allocation run() does itself (fa2, fa3, cudnn, trtllm-gen; cute-dsl and cute-dsl-prims,
-# 0.7 on, allocate their own way and are left to run()'s body, `_fi_patch_unpatched`): the cache
-# unpacked by FlashInfer's own _unpack_paged_kv_cache (check) in the wrapper's layout (KeyError),
-# lse_base and lse_layout checked by FlashInfer's own check_lse_base and check_lse_layout where
-# the release has them (0.7.1 on: ValueError), then an lse given checked as run() checks it
-# ((tokens, heads) float32, (heads, tokens) and contiguous for lse_layout "HN": ValueError), an
-# out given checked against out as run() allocates it: q's shape but v's head dim, in plan()'s
-# o_data_type (q's dtype where plan() gave none), contiguous (ValueError). lse: float32 in its
-# layout. Which kernel runs, its checks against plan() (the dtypes, q's token count) and the
-# kernel run in the op. One rule: "planned" (0.6.0 on).
+# whose allocation run() does itself (fa2, fa3, cudnn, trtllm-gen; cute-dsl, 0.6.18 on, and
+# cute-dsl-prims, 0.7.0 on, allocate their own way: left to run()'s body, `_fi_patch_unpatched`):
+# the cache unpacked by FlashInfer's own _unpack_paged_kv_cache (check) in the wrapper's layout
+# (KeyError); lse_base and lse_layout checked by FlashInfer's own check_lse_base and
+# check_lse_layout where the release has them (0.7.1 on); an out given of another dtype than
+# plan()'s refused with run()'s message; an lse given checked as run() checks it ((tokens,
+# heads) float32; (heads, tokens), contiguous, for lse_layout "HN") and an out given (q's shape
+# but v's head dim, plan()'s dtype), each a ValueError. Then out as run() allocates it, q's shape
+# but v's head dim, in plan()'s o_data_type (q's dtype where plan() gave none), contiguous, and
+# lse float32 in its layout. Which kernel runs, its checks against plan() (the dtypes, q's token
+# count) and the kernel run in the op. One rule: "planned" (0.6.0 on).
 def _fi_patch_fake_batch_prefill(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
     q = values["q"]
     _, v = check(values["paged_kv_cache"], values["planned_kv_layout"])
@@ -1623,9 +1626,13 @@ def _fi_patch_fake_batch_prefill(values: "Dict[str, Any]", rule: "str", check: "
     heads_first = values.get("lse_layout") == "HN"
     lse_shape = (q.shape[1], q.shape[0]) if heads_first else (q.shape[0], q.shape[1])
     shaped = check.__globals__["check_shape_dtype_device"]
-    dtype = values["planned_o_data_type"] or q.dtype
-    shape = (*q.shape[:-1], v.shape[-1])
-    lse, out = values.get("lse"), values.get("out")
+    planned, lse, out = values["planned_o_data_type"], values.get("lse"), values.get("out")
+    dtype, shape = planned or q.dtype, (*q.shape[:-1], v.shape[-1])
+    if out is not None and planned is not None and out.dtype != planned:
+        raise ValueError(
+            "The dtype of out %s does not match the o_data_type %s specified in plan function."
+            % (out.dtype, planned)
+        )
     if values.get("return_lse") and lse is not None:
         shaped(lse, lse_shape, torch.float32, q.device, "lse")
         if heads_first and not lse.is_contiguous():
@@ -1642,12 +1649,14 @@ def _fi_patch_fake_batch_prefill(values: "Dict[str, Any]", rule: "str", check: "
 def _fi_patch_fp8_out_scaled(values: "Dict[str, Any]") -> "bool":
     out, scale = values.get("out"), values.get("v_scale")
     eight = (torch.float8_e4m3fn, torch.float8_e5m2)
-    return out is not None and out.dtype in eight and scale is not None and scale != 1.0
+    # As run() tests it: any v_scale but the float 1.0 (a tensor too) scales.
+    one = isinstance(scale, float) and scale == 1.0
+    return out is not None and out.dtype in eight and scale is not None and not one
 
 
-# The prefill wrapper's run() on the backends that allocate their own way (0.7 on): cute-dsl gives
-# bfloat16 for an FP8 q and its kernel's scratch otherwise, cute-dsl-prims q's shape whatever v's
-# head dim; neither runs on a host fi-patch can check their allocation on.
+# The prefill wrapper's run() on the backends that allocate their own way: cute-dsl (0.6.18 on)
+# gives bfloat16 for an FP8 q and its kernel's scratch otherwise, cute-dsl-prims (0.7.0 on) q's
+# shape whatever v's head dim; neither runs on a host fi-patch can check their allocation on.
 def _fi_patch_prefill_unfollowed(values: "Dict[str, Any]") -> "bool":
     own = values.get("planned_backend") in ("cute-dsl", "cute-dsl-prims")
     return own or _fi_patch_fp8_out_scaled(values)
