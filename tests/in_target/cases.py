@@ -985,25 +985,10 @@ def _wrappers(f):
     order = [7, 2, 9, 0, 4, 1, 8, 3, 6, 5]
 
     def planned(kv_layout="NHD", pages=(1, 2, 3, 4), last=(1, 1, 8, 16), **more):
-        with kernels.unpinned():
-            workspace = torch.empty(1024 * 1024, dtype=torch.uint8)
-            wrapper = f.BatchDecodeWithPagedKVCacheWrapper(workspace, kv_layout)
         indptr = torch.tensor([0, *pages], dtype=torch.int32).cumsum(0, dtype=torch.int32)
         indices = torch.tensor(order[: sum(pages)], dtype=torch.int32)
-        bf16 = torch.bfloat16
-        wrapper.plan(
-            indptr,
-            indices,
-            _i32(*last),
-            32,
-            8,
-            128,
-            16,
-            q_data_type=bf16,
-            kv_data_type=bf16,
-            **more,
-        )
-        return wrapper
+        made = functools.partial(f.BatchDecodeWithPagedKVCacheWrapper, kv_layout=kv_layout)
+        return _planned(made, (indptr, indices, _i32(*last)), **more)
 
     def inputs(pages=10, hnd=False, seed=0):
         shape = (pages, 2, 8, 16, 128) if hnd else (pages, 2, 16, 8, 128)
@@ -1076,6 +1061,17 @@ def _wrappers(f):
     }
 
 
+def _planned(made, planning, **more):
+    """A wrapper made by `made` (its class, given all but the workspace), its pinned buffers
+    stood in, then planned with `planning` (the indptrs, indices and last page lengths) for 32
+    query heads over 8 KV heads of 128 in pages of 16, bfloat16."""
+    with kernels.unpinned():
+        wrapper = made(torch.empty(1024 * 1024, dtype=torch.uint8))
+    bf16 = torch.bfloat16
+    wrapper.plan(*planning, 32, 8, 128, 16, q_data_type=bf16, kv_data_type=bf16, **more)
+    return wrapper
+
+
 def _prefill_wrappers(f, order):
     """run() of BatchPrefillWithPagedKVCacheWrapper after plan(), planned as the decode wrapper's
     cases plan theirs: 4 requests of 3, 2, 1 and 3 new tokens over 3, 17, 40 and 64 keys. The
@@ -1087,26 +1083,11 @@ def _prefill_wrappers(f, order):
     wrapper_class = f.BatchPrefillWithPagedKVCacheWrapper
 
     def planned(kv_layout="NHD", tokens=(3, 2, 1, 3), last=(3, 1, 8, 16), **more):
-        with kernels.unpinned():
-            workspace = torch.empty(1024 * 1024, dtype=torch.uint8)
-            wrapper = wrapper_class(workspace, kv_layout, backend="fa2")
         qo = torch.tensor([0, *tokens], dtype=torch.int32).cumsum(0, dtype=torch.int32)
-        indptr = _i32(0, 1, 3, 6, 10)
-        bf16 = torch.bfloat16
-        wrapper.plan(
-            qo,
-            indptr,
-            torch.tensor(order, dtype=torch.int32),
-            _i32(*last),
-            32,
-            8,
-            128,
-            16,
-            q_data_type=bf16,
-            kv_data_type=bf16,
-            **more,
-        )
-        return wrapper
+        indices = torch.tensor(order, dtype=torch.int32)
+        planning = (qo, _i32(0, 1, 3, 6, 10), indices, _i32(*last))
+        made = functools.partial(wrapper_class, kv_layout=kv_layout, backend="fa2")
+        return _planned(made, planning, **more)
 
     def inputs(pages=10, hnd=False, seed=0, tokens=9):
         shape = (pages, 2, 8, 16, 128) if hnd else (pages, 2, 16, 8, 128)

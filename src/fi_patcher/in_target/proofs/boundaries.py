@@ -422,24 +422,33 @@ def _single_prefill(torch, fn):
 
 def _batch_decode(torch, f):
     """BatchDecodeWithPagedKVCacheWrapper.run after plan(), on the CPU: 4 requests of 32 query
-    heads over 8 KV heads of 128, pages of 16 (their KV lengths 1, 17, 40 and 64). The cache as
-    one tensor positionally, as a (k, v) pair with return_lse, with out and lse given, with out
-    given and lse asked for (allocated in the graph), HND (a wrapper planned so), plan()'s
-    o_data_type float16, a dynamic batch, and the deprecated forward() (SGLang's call, to its own
-    op) and forward_return_lse(); refused: a cache that is neither a tensor nor a pair (a list:
-    KeyError, from run() itself), an out of another dtype and an lse of another shape
-    (ValueError, from the fake as from run())."""
+    heads over 8 KV heads of 128, pages of 16 (their KV lengths 1, 17, 40 and 64). The forms of
+    _run_forms, then HND (a wrapper planned so), plan()'s o_data_type float16, a dynamic batch,
+    and the deprecated forward() (SGLang's call, to its own op) and forward_return_lse()."""
     plain, hnd = _planned_decode(torch, f, "NHD"), _planned_decode(torch, f, "HND")
     halves = _planned_decode(torch, f, "NHD", o_data_type=torch.float16)
     q = torch.randn(4, 32, 128, dtype=torch.bfloat16)
+    kv = torch.randn(8, 2, 16, 8, 128, dtype=torch.bfloat16)
+    calls, refused = _run_forms(torch, plain, q, kv)
+    calls += [
+        ("HND", lambda q, kv: hnd.run(q, kv), (q, kv.transpose(2, 3).contiguous()), None),
+        ("o_data_type float16", lambda q, kv: halves.run(q, kv) * 2, (q, kv), None),
+        ("a dynamic batch", lambda q, kv: plain.run(q, kv) + 1, (q, kv), 0),
+    ]
+    # SGLang's call: forward() with the scales it sets on the wrapper.
+    named = "forward() with sm_scale and logits_soft_cap, as SGLang calls it"
+    calls += _alias_forms(plain, q, kv, named, sm_scale=0.1, logits_soft_cap=30.0)
+    return calls, refused
 
-    def cache(hnd=False):
-        shape = (8, 2, 8, 16, 128) if hnd else (8, 2, 16, 8, 128)
-        return torch.randn(*shape, dtype=torch.bfloat16)
 
-    kv = cache()
-    out = torch.empty(4, 32, 128, dtype=torch.bfloat16)
-    lse = torch.empty(4, 32, dtype=torch.float32)
+def _run_forms(torch, plain, q, kv):
+    """The forms every wrapper's run() takes, on `plain`: the cache as one tensor positionally,
+    as a (k, v) pair with return_lse, with out and lse given, with out given and lse asked for
+    (allocated in the graph); refused: a cache that is neither a tensor nor a pair (a list:
+    KeyError, from run() itself), an out of another dtype and an lse of another shape
+    (ValueError, from the fake as from run())."""
+    out = torch.empty(*q.shape[:-1], kv.shape[-1], dtype=q.dtype)
+    lse = torch.empty(*q.shape[:2], dtype=torch.float32)
     calls = [
         ("the cache one tensor, positionally", lambda q, kv: plain.run(q, kv), (q, kv), None),
         (
@@ -460,29 +469,7 @@ def _batch_decode(torch, f):
             (q, kv, out),
             None,
         ),
-        ("HND", lambda q, kv: hnd.run(q, kv), (q, cache(hnd=True)), None),
-        ("o_data_type float16", lambda q, kv: halves.run(q, kv) * 2, (q, kv), None),
-        ("a dynamic batch", lambda q, kv: plain.run(q, kv) + 1, (q, kv), 0),
     ]
-    # SGLang's call: forward() with the scales it sets on the wrapper; forward_return_lse().
-    if hasattr(plain, "forward"):
-        calls.append(
-            (
-                "forward() with sm_scale and logits_soft_cap, as SGLang calls it",
-                lambda q, kv: plain.forward(q, kv, sm_scale=0.1, logits_soft_cap=30.0),
-                (q, kv),
-                None,
-            )
-        )
-    if hasattr(plain, "forward_return_lse"):
-        calls.append(
-            (
-                "forward_return_lse()",
-                lambda q, kv: plain.forward_return_lse(q, kv),
-                (q, kv),
-                None,
-            )
-        )
     refused = [
         ("a cache in a list", lambda q, k, v: plain.run(q, [k, v]), (q, kv[:, 0], kv[:, 1])),
         ("an out of another dtype", lambda q, kv, o: plain.run(q, kv, out=o), (q, kv, out.half())),
@@ -495,16 +482,25 @@ def _batch_decode(torch, f):
     return calls, refused
 
 
+def _alias_forms(plain, q, kv, named, **state):
+    """The deprecated forward() (the form `named`) with the state it sets on the wrapper, as
+    SGLang calls it, and forward_return_lse(), where the release has them."""
+    calls = []
+    if hasattr(plain, "forward"):
+        calls.append((named, lambda q, kv: plain.forward(q, kv, **state), (q, kv), None))
+    if hasattr(plain, "forward_return_lse"):
+        calls.append(
+            ("forward_return_lse()", lambda q, kv: plain.forward_return_lse(q, kv), (q, kv), None)
+        )
+    return calls
+
+
 def _batch_prefill(torch, f):
     """BatchPrefillWithPagedKVCacheWrapper.run after plan(), on the CPU: 4 requests of 3, 2, 1
     and 3 new tokens, 32 query heads over 8 KV heads of 128, pages of 16 (their KV lengths 3, 17,
-    40 and 64). The cache as one tensor positionally, as a (k, v) pair with return_lse, with out
-    and lse given, with out given and lse asked for (allocated in the graph), HND, causal,
-    plan()'s o_data_type float16, a dynamic token count, the deprecated forward() (SGLang's call,
-    causal, to its own op) and forward_return_lse(), and an lse given heads first (lse_layout
-    "HN", 0.7.1 on); refused: a cache that is neither a tensor nor a pair (a list: KeyError,
-    from run() itself), an out of another dtype and an lse of another shape (ValueError, from the
-    fake as from run())."""
+    40 and 64). The forms of _run_forms, then HND, causal, plan()'s o_data_type float16, a
+    dynamic token count, the deprecated forward() (SGLang's call, causal, to its own op) and
+    forward_return_lse(), and an lse given heads first (lse_layout "HN", 0.7.1 on)."""
     import inspect
 
     plain, hnd = _planned_prefill(torch, "NHD"), _planned_prefill(torch, "HND")
@@ -512,70 +508,25 @@ def _batch_prefill(torch, f):
     halves = _planned_prefill(torch, "NHD", o_data_type=torch.float16)
     q = torch.randn(9, 32, 128, dtype=torch.bfloat16)
     kv = torch.randn(8, 2, 16, 8, 128, dtype=torch.bfloat16)
-    out = torch.empty(9, 32, 128, dtype=torch.bfloat16)
-    lse = torch.empty(9, 32, dtype=torch.float32)
-    calls = [
-        ("the cache one tensor, positionally", lambda q, kv: plain.run(q, kv), (q, kv), None),
-        (
-            "a (k, v) pair, return_lse",
-            lambda q, k, v: plain.run(q, (k, v), return_lse=True),
-            (q, kv[:, 0], kv[:, 1]),
-            None,
-        ),
-        (
-            "out and lse given",
-            lambda q, kv, out, lse: plain.run(q, kv, out=out, lse=lse, return_lse=True),
-            (q, kv, out, lse),
-            None,
-        ),
-        (
-            "out given, lse asked for",
-            lambda q, kv, out: plain.run(q, kv, out=out, return_lse=True),
-            (q, kv, out),
-            None,
-        ),
+    calls, refused = _run_forms(torch, plain, q, kv)
+    calls += [
         ("HND", lambda q, kv: hnd.run(q, kv), (q, kv.transpose(2, 3).contiguous()), None),
         ("causal", lambda q, kv: causal.run(q, kv) * 2, (q, kv), None),
         ("o_data_type float16", lambda q, kv: halves.run(q, kv) * 2, (q, kv), None),
         ("a dynamic token count", lambda q, kv: plain.run(q, kv) + 1, (q, kv), 0),
     ]
-    # SGLang's call: forward() with causal and the scales it sets on the wrapper.
-    if hasattr(plain, "forward"):
-        calls.append(
-            (
-                "forward() causal with sm_scale and logits_soft_cap, as SGLang calls it",
-                lambda q, kv: plain.forward(q, kv, causal=True, sm_scale=0.1, logits_soft_cap=30.0),
-                (q, kv),
-                None,
-            )
-        )
-    if hasattr(plain, "forward_return_lse"):
-        calls.append(
-            (
-                "forward_return_lse()",
-                lambda q, kv: plain.forward_return_lse(q, kv),
-                (q, kv),
-                None,
-            )
-        )
+    named = "forward() causal with sm_scale and logits_soft_cap, as SGLang calls it"
+    calls += _alias_forms(plain, q, kv, named, causal=True, sm_scale=0.1, logits_soft_cap=30.0)
     if "lse_layout" in inspect.signature(plain.run).parameters:
+        heads_first = torch.empty(32, 9, dtype=torch.float32)
         calls.append(
             (
                 "an lse given heads first (lse_layout HN), no out, return_lse",
                 lambda q, kv, s: plain.run(q, kv, lse=s, return_lse=True, lse_layout="HN"),
-                (q, kv, lse.t().contiguous()),
+                (q, kv, heads_first),
                 None,
             )
         )
-    refused = [
-        ("a cache in a list", lambda q, k, v: plain.run(q, [k, v]), (q, kv[:, 0], kv[:, 1])),
-        ("an out of another dtype", lambda q, kv, o: plain.run(q, kv, out=o), (q, kv, out.half())),
-        (
-            "an lse of another shape",
-            lambda q, kv, o, s: plain.run(q, kv, out=o, lse=s, return_lse=True),
-            (q, kv, out, lse[:2]),
-        ),
-    ]
     return calls, refused
 
 
