@@ -155,6 +155,12 @@ ROUTED_UNPAIRED = (
     "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
     "out: output=, as SGLang calls it, out: output=, a dynamic token count"
 )
+# The wrappers' run(), the forms they share (the proof's _run_forms).
+RUN_FORMS = (
+    "the cache one tensor, positionally, a (k, v) pair, return_lse, out and lse given, out "
+    "given, lse asked for, PDL (enable_pdl=True)"
+)
+RUN_REFUSED = "a cache in a list, an out of another dtype, an lse of another shape"
 CUTLASS_REFUSED = "an output of too few rows, the min-latency mode, profile_ids of one tactic"
 PROVEN = {
     # cutlass_fused_moe (0.6.8 on); workspace_buffer and profile_ids from 0.6.16, ClampedRelu2's
@@ -179,18 +185,15 @@ PROVEN = {
         "an unknown kv_layout, FP8 with a sliding window",
     ),
     "batch_decode_with_paged_kv_cache_run": (
-        "the cache one tensor, positionally, a (k, v) pair, return_lse, out and lse given, out "
-        "given, lse asked for, HND, o_data_type float16, a dynamic batch, forward() with "
-        "sm_scale and logits_soft_cap, as SGLang calls it, forward_return_lse()",
-        "a cache in a list, an out of another dtype, an lse of another shape",
+        RUN_FORMS + ", HND, o_data_type float16, a dynamic batch, forward() with sm_scale and "
+        "logits_soft_cap, as SGLang calls it, forward_return_lse()",
+        RUN_REFUSED,
     ),
     # lse_layout from 0.7.1 (NEWER_FORMS for 0.7.4).
     "batch_prefill_with_paged_kv_cache_run": (
-        "the cache one tensor, positionally, a (k, v) pair, return_lse, out and lse given, out "
-        "given, lse asked for, HND, causal, o_data_type float16, a dynamic token count, "
-        "forward() causal with sm_scale and logits_soft_cap, as SGLang calls it, "
-        "forward_return_lse()",
-        "a cache in a list, an out of another dtype, an lse of another shape",
+        RUN_FORMS + ", HND, causal, o_data_type float16, a dynamic token count, forward() causal "
+        "with sm_scale and logits_soft_cap, as SGLang calls it, forward_return_lse()",
+        RUN_REFUSED,
     ),
     # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
     # first; the top-k pair keeps the input's dtype and refuses float64.

@@ -444,9 +444,9 @@ def _batch_decode(torch, f):
 def _run_forms(torch, plain, q, kv):
     """The forms every wrapper's run() takes, on `plain`: the cache as one tensor positionally,
     as a (k, v) pair with return_lse, with out and lse given, with out given and lse asked for
-    (allocated in the graph); refused: a cache that is neither a tensor nor a pair (a list:
-    KeyError, from run() itself), an out of another dtype and an lse of another shape
-    (ValueError, from the fake as from run())."""
+    (allocated in the graph), with PDL asked for (enable_pdl, passed to the op); refused: a cache
+    that is neither a tensor nor a pair (a list: KeyError, from run() itself), an out of another
+    dtype and an lse of another shape (ValueError, from the fake as from run())."""
     out = torch.empty(*q.shape[:-1], kv.shape[-1], dtype=q.dtype)
     lse = torch.empty(*q.shape[:2], dtype=torch.float32)
     calls = [
@@ -469,6 +469,7 @@ def _run_forms(torch, plain, q, kv):
             (q, kv, out),
             None,
         ),
+        ("PDL (enable_pdl=True)", lambda q, kv: plain.run(q, kv, enable_pdl=True), (q, kv), None),
     ]
     refused = [
         ("a cache in a list", lambda q, k, v: plain.run(q, [k, v]), (q, kv[:, 0], kv[:, 1])),
