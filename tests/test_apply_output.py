@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from fi_patcher.errors import ExitCode
 from tests.conftest import MakeVenv
 from tests.support.cli import fi_patch
-from tests.support.expected import files_of
+from tests.support.expected import files_of, named_in_summary, target_of
 from tests.support.releases import RELEASES
 from tests.support.tiers import releases
 
@@ -92,6 +92,14 @@ def test_a_default_apply_is_a_summary_in_a_terminal_and_piped(
         f"applied {count} patches in " in said
         and "(--diff shows them, `revert` undoes them)" in said
     )
+    # Each file's line names its patches; where they would wrap, a family of three or more is
+    # named once by the start its ids share (twelve trtllm MoE patches in core.py, six
+    # sampling ones in sampling.py), and -v names each on a line of its own.
+    for relpath in files_of(version):
+        held = sorted(p for p in applicable if target_of(p, version) == relpath)
+        assert named_in_summary(said, relpath, held) == held
+    assert "flashinfer/fused_moe/core.py: op-cutlass-fused-moe, op-trtllm-* (12)" in said
+    assert "flashinfer/sampling.py: op-min-p-sampling-from-probs, op-top-* (6)" in said
     assert f"environment {venv} " in said
     assert "files kept in the environment's .fi-patch/backups" in said
     assert "@@" not in shown and "+++" not in shown and " after: " not in shown
@@ -149,6 +157,8 @@ def test_diff_shows_the_changes_and_verbose_each_proof(
     assert "op-mm-fp4 after: passes" in applied.stdout
     assert "applied to flashinfer/gemm/gemm_base.py" not in applied.stdout
     assert "applied op-mm-fp4 to flashinfer/gemm/gemm_base.py" in applied.stdout
+    assert "op-trtllm-* (" not in applied.stdout
+    assert "applied op-trtllm-bf16-routed-moe to flashinfer/fused_moe/core.py" in applied.stdout
 
     quiet = fi_patch(runner, "revert", "--venv", venv, "-q")
     assert quiet.code == ExitCode.OK

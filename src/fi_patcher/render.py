@@ -6,6 +6,7 @@ With `cli`, the only module that imports rich. Nothing here decides anything.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import textwrap
 import time
@@ -311,12 +312,16 @@ def _patch_lines(out: Console, result: Outcome, verbosity: Verbosity) -> None:
             if group in said:
                 continue
             said.add(group)
-            alike = ", ".join(p.state.patch.id for p in result.patches if _group(p) == group)
             template = _GROUPED[patch.action]
             target = patch.state.patch.target
             if patch.action == "reverted" and patch.message == restored(target):
                 # As apply names a file: the closing line says they hold their original bytes.
                 template = "reverted {file}: {ids}"
+            said_with = template.format(file=target, ids="", message=patch.message)
+            alike = _folded(
+                [p.state.patch.id for p in result.patches if _group(p) == group],
+                _room(out) - len(said_with),
+            )
             _paragraph(
                 out, template.format(file=target, ids=alike, message=patch.message), style=style
             )
@@ -342,6 +347,32 @@ def _patch_lines(out: Console, result: Outcome, verbosity: Verbosity) -> None:
         if patch.unknown is not None and verbosity.verbose:
             for line in patch.unknown.details:
                 out.print(Text("  " + line, style="dim"))
+
+
+def _folded(ids: Sequence[str], room: int) -> str:
+    """The patches a file's line names: each by its id where they fit in the `room` left on
+    the line; otherwise three or more that share their first two words are named once, by the
+    start they share and their count (`op-trtllm-* (12)`), where the first of them stood. -v
+    names each on a line of its own."""
+    whole = ", ".join(ids)
+    if len(whole) <= room:
+        return whole
+    families: dict[str, list[str]] = {}
+    for ident in ids:
+        families.setdefault("-".join(ident.split("-")[:2]), []).append(ident)
+    named: list[str] = []
+    for members in families.values():
+        if len(members) < 3:
+            named.extend(members)
+            continue
+        shared = os.path.commonprefix(members)
+        named.append(f"{shared[: shared.rindex('-') + 1]}* ({len(members)})")
+    return ", ".join(named)
+
+
+def _room(out: Console) -> int:
+    """The characters of a summary's first line (_paragraph's width)."""
+    return max(out.width - 2, 20)
 
 
 def _group(patch: PatchOutcome) -> str | None:

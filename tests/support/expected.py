@@ -7,6 +7,7 @@ a test comparing the engine's output with these bytes checks every byte the engi
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterable
 
 from fi_patcher import __version__
@@ -36,6 +37,28 @@ def target_of(patch: str, version: str) -> str:
 def files_of(version: str) -> list[str]:
     """Every file the registry writes in `version`."""
     return sorted({target_of(p, version) for p in RELEASES[version].shapes})
+
+
+def named_in_summary(said: str, relpath: str, held: Iterable[str]) -> list[str]:
+    """The patches the summary's line for `relpath` names (`said` with its wrapping undone),
+    each by its id or, three or more, by the start they share and their count
+    (`op-trtllm-* (12)`), opened against `held`: a count that `held` does not give is kept as
+    said, so the caller's comparison fails on it."""
+    line = re.search(
+        rf"applied to {re.escape(relpath)}: (.+?)(?= applied | not applicable |"
+        r" proofs: |$)",
+        said,
+    )
+    assert line is not None, f"no line for {relpath} in {said!r}"
+    named: list[str] = []
+    for word in line.group(1).split(", "):
+        folded = re.fullmatch(r"(\S+)\* \((\d+)\)", word)
+        if folded is None:
+            named.append(word)
+            continue
+        members = [p for p in held if p.startswith(folded.group(1))]
+        named.extend(members if len(members) == int(folded.group(2)) else [word])
+    return named
 
 
 def marker(patch: str, indent: str = "    ") -> str:
