@@ -6,7 +6,7 @@ With `cli`, the only module that imports rich. Nothing here decides anything.
 from __future__ import annotations
 
 import contextlib
-import os
+import itertools
 import re
 import textwrap
 import time
@@ -365,8 +365,10 @@ def _folded(ids: Sequence[str], room: int) -> str:
         if len(members) < 3:
             named.extend(members)
             continue
-        shared = os.path.commonprefix(members)
-        named.append(f"{shared[: shared.rindex('-') + 1]}* ({len(members)})")
+        words = zip(*(member.split("-") for member in members), strict=False)
+        shared = [w[0] for w in itertools.takewhile(lambda w: len(set(w)) == 1, words)]
+        # Kept on one line when the line wraps (_wrapped opens the join).
+        named.append(f"{'-'.join(shared)}-*{_JOINED}({len(members)})")
     return ", ".join(named)
 
 
@@ -614,7 +616,13 @@ def _wrapped(
     width = max(out.width - max(len(head), len(hang)), 20)
     lines = textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)
     for number, line in enumerate(lines or [""]):
+        line = line.replace(_JOINED, " ")
         out.print(Text(head if number == 0 else hang) + Text(line, style=style))
+
+
+_JOINED = "\u00a0"
+"""A space _wrapped never breaks a line at (textwrap breaks at ASCII whitespace only), and prints
+as a plain one."""
 
 
 def result(out: Console, result: Result, verbosity: Verbosity) -> None:
