@@ -29,6 +29,7 @@ from tests.support.releases import (
     ACTIVATION,
     BATCH_DECODE,
     BATCH_PREFILL,
+    BATCH_RAGGED,
     BATCHED,
     BMM_FP8,
     BOUNDARIES,
@@ -123,6 +124,7 @@ ENTRY_POINTS = {
     SINGLE_PREFILL: "single_prefill_with_kv_cache",
     BATCH_DECODE: "batch_decode_with_paged_kv_cache_run",
     BATCH_PREFILL: "batch_prefill_with_paged_kv_cache_run",
+    BATCH_RAGGED: "batch_prefill_with_ragged_kv_cache_run",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -194,6 +196,14 @@ PROVEN = {
         RUN_FORMS + ", HND, causal, o_data_type float16, a dynamic token count, forward() causal "
         "with sm_scale and logits_soft_cap, as SGLang calls it, forward_return_lse()",
         RUN_REFUSED,
+    ),
+    # The ragged wrapper's run() takes k and v apart: no cache to unpack, so none refused.
+    "batch_prefill_with_ragged_kv_cache_run": (
+        "positionally, return_lse, out and lse given, out given, lse asked for, PDL "
+        "(enable_pdl=True), HND, causal, o_data_type float16, a dynamic token count, forward() "
+        "causal with sm_scale and logits_soft_cap, as SGLang's extend calls it, "
+        "forward_return_lse()",
+        "an out of another dtype, an lse of another shape",
     ),
     # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
     # first; the top-k pair keeps the input's dtype and refuses float64.
@@ -294,6 +304,10 @@ PROVEN = {
 # is_deterministic (0.7.1 on), workspace_buffer (0.7.4) where it is all the MoE writes.
 NEWER_FORMS = {
     "batch_prefill_with_paged_kv_cache_run": (
+        ", an lse given heads first (lse_layout HN), no out, return_lse",
+        "",
+    ),
+    "batch_prefill_with_ragged_kv_cache_run": (
         ", an lse given heads first (lse_layout HN), no out, return_lse",
         "",
     ),
@@ -694,6 +708,7 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         CUTLASS_MOE: "0.6.8",
         BATCH_DECODE: "0.6.0",
         BATCH_PREFILL: "0.6.0",
+        BATCH_RAGGED: "0.6.0",
     }
     boundaries = [p for p in BOUNDARIES if Version(version) >= Version(since.get(p, "0"))]
 

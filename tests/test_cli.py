@@ -140,6 +140,7 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         # covers (0.6.8 on), and its wrappers' run() older than their ops cover (0.6.0 on).
         f"{venv}: op-batch-decode-with-paged-kv-cache-run not-applicable",
         f"{venv}: op-batch-prefill-with-paged-kv-cache-run not-applicable",
+        f"{venv}: op-batch-prefill-with-ragged-kv-cache-run not-applicable",
         f"{venv}: op-block-scale-interleave not-applicable",
         f"{venv}: op-bmm-fp8 not-applicable",
         f"{venv}: op-concat-mla-k not-applicable",

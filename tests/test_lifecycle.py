@@ -27,6 +27,7 @@ from tests.support.releases import (
     API_LOGGING,
     BATCH_DECODE,
     BATCH_PREFILL,
+    BATCH_RAGGED,
     BATCHED,
     BOUNDARIES,
     CONCAT,
@@ -240,6 +241,7 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     ]
     assert [(p["id"], p["shape"]) for p in records[PREFILL]["patches"]] == [
         (BATCH_PREFILL, "0.6.18"),
+        (BATCH_RAGGED, "0.6.18"),
         (SINGLE_PREFILL, "0.6.18"),
     ]
     assert [(p["id"], p["shape"]) for p in records[UTILS]["patches"]] == [

@@ -259,10 +259,7 @@ def prefill_wrappers(torch, f, t, generator, workspace):  # type: ignore[no-unty
     pages = (lengths + 15) // 16
     total, count = int(pages.sum()), int(tokens.sum())
 
-    def offsets(sizes):  # type: ignore[no-untyped-def]
-        return torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)]).int().cuda()
-
-    qo, indptr = offsets(tokens), offsets(pages)
+    qo, indptr = _offsets(torch, tokens), _offsets(torch, pages)
     indices = torch.randperm(total, generator=generator).int().cuda()
     last = ((lengths - 1) % 16 + 1).int().cuda()
     plain = f.BatchPrefillWithPagedKVCacheWrapper(workspace(), "NHD")
@@ -295,6 +292,50 @@ def prefill_wrappers(torch, f, t, generator, workspace):  # type: ignore[no-unty
     def scaled(q, kv):  # type: ignore[no-untyped-def]
         first = plain.forward(q, kv, causal=True, sm_scale=0.1)
         return (first, plain.forward(q, kv, causal=True, sm_scale=0.2))
+
+    yield forward + ", two scales, causal", forward, inputs, scaled
+    yield from ragged_wrappers(torch, f, t, generator, workspace)
+
+
+def _offsets(torch, sizes):  # type: ignore[no-untyped-def]
+    """Each request's start on the device, from their sizes: (0, *sizes.cumsum()) as int32."""
+    return torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)]).int().cuda()
+
+
+def ragged_wrappers(torch, f, t, generator, workspace):  # type: ignore[no-untyped-def]
+    """The ragged prefill wrapper's run() after plan(): 8 requests of 1 to 64 new tokens over 64
+    to 1024 keys and values of their own, causal, with its lse and without, with out given, and
+    the deprecated forward() twice with two scales, causal (SGLang's extend)."""
+    name = "batch_prefill_with_ragged_kv_cache_run"
+    tokens = torch.randint(1, 65, (8,), generator=generator)
+    lengths = torch.randint(64, 1025, (8,), generator=generator)
+    count, keys = int(tokens.sum()), int(lengths.sum())
+
+    plain = f.BatchPrefillWithRaggedKVCacheWrapper(workspace(), "NHD", backend="fa2")
+    plain.plan(
+        _offsets(torch, tokens),
+        _offsets(torch, lengths),
+        32,
+        8,
+        128,
+        causal=True,
+        q_data_type=torch.bfloat16,
+    )
+    inputs = (lambda: t(count, 32, 128), lambda: t(keys, 8, 128), lambda: t(keys, 8, 128))
+    yield name + ", return_lse", name, inputs, lambda q, k, v: plain.run(q, k, v, return_lse=True)
+    yield name, name, inputs, lambda q, k, v: (plain.run(q, k, v),)
+
+    def given(q, k, v):  # type: ignore[no-untyped-def]
+        out = torch.empty_like(q)
+        plain.run(q, k, v, out=out)
+        return (out,)
+
+    yield name + ", out given", name, inputs, given
+    forward = "batch_prefill_with_ragged_kv_cache_forward"
+
+    def scaled(q, k, v):  # type: ignore[no-untyped-def]
+        first = plain.forward(q, k, v, causal=True, sm_scale=0.1)
+        return (first, plain.forward(q, k, v, causal=True, sm_scale=0.2))
 
     yield forward + ", two scales, causal", forward, inputs, scaled
 

@@ -1058,18 +1058,99 @@ def _wrappers(f):
             lambda q, kv: nhd.run(q, kv) + other.run(q, kv, return_lse=True)[0], inputs, out * 2
         ),
         **_prefill_wrappers(f, order),
+        **_ragged_wrappers(f),
     }
 
 
-def _planned(made, planning, **more):
+def _planned(made, planning, sizes=(32, 8, 128, 16), **more):
     """A wrapper made by `made` (its class, given all but the workspace), its pinned buffers
-    stood in, then planned with `planning` (the indptrs, indices and last page lengths) for 32
-    query heads over 8 KV heads of 128 in pages of 16, bfloat16."""
+    stood in, then planned with `planning` (the indptrs, indices and last page lengths) for
+    `sizes`: 32 query heads over 8 KV heads of 128 in pages of 16, bfloat16."""
     with kernels.unpinned():
         wrapper = made(torch.empty(1024 * 1024, dtype=torch.uint8))
     bf16 = torch.bfloat16
-    wrapper.plan(*planning, 32, 8, 128, 16, q_data_type=bf16, kv_data_type=bf16, **more)
+    wrapper.plan(*planning, *sizes, q_data_type=bf16, kv_data_type=bf16, **more)
     return wrapper
+
+
+def _ragged_wrappers(f):
+    """run() of BatchPrefillWithRaggedKVCacheWrapper after plan(): 4 requests of 3, 2, 1 and 3
+    new tokens over 3, 17, 40 and 64 keys and values of their own, 32 query heads over 8 KV heads
+    of 128. Positionally, causal with return_lse, with out and lse given, HND, into plan()'s
+    o_data_type float16 (bfloat16 before 0.7.0, as run() allocates it), over a token count that
+    changes with the plan, an lse heads first (lse_layout "HN", 0.7.1 on), through the
+    deprecated forward() twice with two scales, causal (SGLang's extend), and
+    forward_return_lse(), and two wrappers planned differently in one model."""
+    wrapper_class = f.BatchPrefillWithRaggedKVCacheWrapper
+
+    def planned(kv_layout="NHD", tokens=(3, 2, 1, 3), keys=(3, 17, 40, 64), **more):
+        qo = torch.tensor([0, *tokens], dtype=torch.int32).cumsum(0, dtype=torch.int32)
+        kv = torch.tensor([0, *keys], dtype=torch.int32).cumsum(0, dtype=torch.int32)
+        made = functools.partial(wrapper_class, kv_layout=kv_layout, backend="fa2")
+        return _planned(made, (qo, kv), sizes=(32, 8, 128), **more)
+
+    def inputs(hnd=False, seed=0, tokens=9, keys=124):
+        shape = (8, keys, 128) if hnd else (keys, 8, 128)
+        return [
+            _random(tokens, 32, 128, seed=seed),
+            _random(*shape, seed=seed + 1),
+            _random(*shape, seed=seed + 2),
+        ]
+
+    nhd, hnd, causal = planned(), planned("HND"), planned(causal=True)
+    halves, forwarded_by = planned(o_data_type=torch.float16), planned()
+    other = planned(tokens=(1, 1, 4, 3), keys=(2, 9, 30, 83), causal=True)
+    out = ("fi_patch.batch_prefill_with_ragged_kv_cache_run",)
+    written = ("fi_patch.batch_prefill_with_ragged_kv_cache_run_out",)
+    forward = "fi_patch.batch_prefill_with_ragged_kv_cache_forward"
+    name = "BatchPrefillWithRaggedKVCacheWrapper"
+
+    def into(q, k, v, o, lse):
+        return nhd.run(q, k, v, out=o, lse=lse, return_lse=True)
+
+    def forwarded(q, k, v):
+        first = forwarded_by.forward(q, k, v, causal=True, sm_scale=0.1)
+        return first + forwarded_by.forward(q, k, v, causal=True, sm_scale=0.2)
+
+    found = {
+        name + ".run, positionally": Case(lambda q, k, v: nhd.run(q, k, v) * 2, inputs, out),
+        name + ".run causal with return_lse": Case(
+            lambda q, k, v: causal.run(q, k, v, return_lse=True), inputs, out
+        ),
+        name + ".run, out and lse given": Case(
+            into,
+            lambda: [*inputs(), torch.zeros(9, 32, 128, dtype=torch.bfloat16), torch.zeros(9, 32)],
+            written,
+            written=(3, 4),
+        ),
+        name + ".run, HND": Case(
+            lambda q, k, v: hnd.run(q, k, v) + 1, lambda: inputs(hnd=True), out
+        ),
+        name + ".run into plan()'s o_data_type float16": Case(
+            lambda q, k, v: halves.run(q, k, v), inputs, out
+        ),
+        name + ".forward twice with two sm_scales, causal, as SGLang's extend calls it": Case(
+            forwarded, inputs, (forward, forward)
+        ),
+        name + ".forward_return_lse": Case(
+            lambda q, k, v: forwarded_by.forward_return_lse(q, k, v, causal=True, sm_scale=0.05),
+            inputs,
+            (forward + "_return_lse",),
+        ),
+        f"two {name}s planned differently in one model": Case(
+            lambda q, k, v: nhd.run(q, k, v) + other.run(q, k, v, return_lse=True)[0],
+            inputs,
+            out * 2,
+        ),
+    }
+    if _has(wrapper_class.run, "lse_layout"):
+        found[name + ".run, an lse given heads first (lse_layout HN)"] = Case(
+            lambda q, k, v, lse: nhd.run(q, k, v, lse=lse, return_lse=True, lse_layout="HN"),
+            lambda: [*inputs(), torch.zeros(32, 9)],
+            written,
+            written=(3,),
+        )
+    return found
 
 
 def _prefill_wrappers(f, order):

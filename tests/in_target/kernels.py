@@ -761,7 +761,30 @@ def _batch_prefill(fws, iws, plan_info, q, k, v, qo, indptr, indices, last, o, l
             lse[tokens].copy_(logsumexp)
 
 
-_BATCH_PREFILL = {"plan": _batch_plan, "paged_run": _batch_prefill}
+def _batch_ragged(fws, iws, plan_info, q, k, v, qo, kv, o, lse, *rest):
+    """BatchPrefillWithRaggedKVCacheWrapper's kernel (0.6 to 0.7.4, fa2): request b's tokens,
+    q[qo[b]:qo[b + 1]], over its keys and values, k[kv[b]:kv[b + 1]] (NHD; HND holds them in its
+    second dimension), causal aligning its last token with its last key. What comes after lse:
+    as the paged kernel's: the mask mode (0 none, 1 causal), the layout, window_left, enable_pdl,
+    the custom mask, its indptr, the alibi slopes, the three multi-item pointers, from 0.6.16 the
+    KV cache's scale factors, then the soft cap, sm_scale, rope's two and the items' length."""
+    mask_mode, layout, window_left, custom_mask = rest[0], rest[1], rest[2], rest[4]
+    soft_cap, sm_scale = rest[-5], rest[-4]
+    if any(s is not None for s in rest[10:-5]):
+        raise NotImplementedError("the CPU attention has no KV cache scale factors")
+    _plain(window_left, soft_cap, None)
+    if custom_mask is not None or mask_mode not in (0, 1):
+        raise NotImplementedError("the CPU attention has no custom mask")
+    keys, values = _nhd(k, layout), _nhd(v, layout)
+    for b in range(qo.numel() - 1):
+        tokens, held = slice(int(qo[b]), int(qo[b + 1])), slice(int(kv[b]), int(kv[b + 1]))
+        out, logsumexp = _attention(q[tokens], keys[held], values[held], mask_mode == 1, sm_scale)
+        o[tokens].copy_(out)
+        if lse is not None:
+            lse[tokens].copy_(logsumexp)
+
+
+_BATCH_PREFILL = {"plan": _batch_plan, "paged_run": _batch_prefill, "ragged_run": _batch_ragged}
 
 OF_MODULE = {
     "gen_single_decode_module": {"run": _single_decode},

@@ -77,6 +77,7 @@ SINGLE_DECODE = "op-single-decode-with-kv-cache"
 SINGLE_PREFILL = "op-single-prefill-with-kv-cache"
 BATCH_DECODE = "op-batch-decode-with-paged-kv-cache-run"
 BATCH_PREFILL = "op-batch-prefill-with-paged-kv-cache-run"
+BATCH_RAGGED = "op-batch-prefill-with-ragged-kv-cache-run"
 ROUTED = (
     TRTLLM_BF16_ROUTED,
     TRTLLM_FP4_ROUTED,
@@ -111,6 +112,7 @@ FP4."""
 BOUNDARIES = (
     BATCH_DECODE,
     BATCH_PREFILL,
+    BATCH_RAGGED,
     INTERLEAVE,
     BMM_FP8,
     CONCAT,
@@ -144,7 +146,7 @@ TOP_P_RENORM, from 0.6.0), concat_mla_k (CONCAT) in CONCAT_OPS and fused_topk_de
 (TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, MOE in MOE_CORE, from 0.6.8, cutlass_fused_moe
 (CUTLASS_MOE) in MOE_CORE, from 0.6.8 too, the single-request attention (SINGLE_DECODE in
 DECODE, SINGLE_PREFILL in PREFILL), from 0.2.6, and the wrappers' run() (BATCH_DECODE in DECODE,
-BATCH_PREFILL in PREFILL), from 0.6.0."""
+BATCH_PREFILL and BATCH_RAGGED in PREFILL), from 0.6.0."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
@@ -477,6 +479,7 @@ OWN_FILES = {
     SINGLE_PREFILL: PREFILL,
     BATCH_DECODE: DECODE,
     BATCH_PREFILL: PREFILL,
+    BATCH_RAGGED: PREFILL,
 }
 OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     CONCAT: {
@@ -718,6 +721,20 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
         "0.7.1": ("0.7.1", "0f1f9e03a7aa"),
         "0.7.1rc1": ("0.7.1", "059a9dc01d65"),
         "0.7.2rc6": ("0.7.2.post1", "b4a51047d4dd"),
+        "0.7.4": ("0.7.4", "7dd28922ca85"),
+    },
+    BATCH_RAGGED: {
+        "0.6.0": ("0.6.0", "cacba49e7b5a"),
+        "0.6.7": ("0.6.7", "5060a48d59ab"),
+        "0.6.8": ("0.6.8", "35c3eaf707ab"),
+        "0.6.10": ("0.6.10", "5b6eca119718"),
+        "0.6.11.post3": ("0.6.10", "984c4c864d85"),
+        "0.6.12": ("0.6.10", "af28f2190783"),
+        "0.6.18.post1": ("0.6.18", "2ad12a8387b3"),
+        "0.7.0": ("0.7.0", "bd4aaa0a2446"),
+        "0.7.1": ("0.7.1", "0f1f9e03a7aa"),
+        "0.7.1rc1": ("0.7.1", "059a9dc01d65"),
+        "0.7.2rc6": ("0.7.1", "b4a51047d4dd"),
         "0.7.4": ("0.7.4", "7dd28922ca85"),
     },
     BATCH_DECODE: {

@@ -1642,6 +1642,40 @@ def _fi_patch_fake_batch_prefill(values: "Dict[str, Any]", rule: "str", check: "
     return q.new_empty(shape, dtype=dtype), q.new_empty(lse_shape, dtype=torch.float32)
 
 
+# BatchPrefillWithRaggedKVCacheWrapper.run (flashinfer/prefill.py), after plan(), on the backends
+# that write the out run() allocates (fa2, fa3, cudnn, a JIT variant; the others are left to
+# run()'s body, `_fi_patch_unpatched`): lse_base and lse_layout checked by FlashInfer's own
+# check_lse_base and check_lse_layout where the release has them (0.7.1 on); an lse given checked
+# as run() checks it ((tokens, heads) float32; (heads, tokens), contiguous, for lse_layout "HN")
+# and an out given (q's shape but v's head dim), each a ValueError from FlashInfer's own
+# check_shape_dtype_device (check). out's dtype by rule: "q-dtype" (0.6.0 on) allocates bfloat16
+# for an 8-bit q and q's dtype otherwise, and checks an out given against plan()'s o_data_type;
+# "planned-16-bit" (0.7.0 on) takes plan()'s o_data_type for both, unless it is None or 8-bit,
+# then as "q-dtype" allocates. Its checks against plan() (the dtypes, q's token count) and the
+# kernel run in the op.
+def _fi_patch_fake_batch_ragged(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    q, v = values["q"], values["v"]
+    for checked in ("lse_base", "lse_layout"):
+        checker = check.__globals__.get("check_" + checked)
+        if checked in values and checker is not None:
+            checker(values[checked])
+    heads_first = values.get("lse_layout") == "HN"
+    lse_shape = (q.shape[1], q.shape[0]) if heads_first else (q.shape[0], q.shape[1])
+    planned, lse, out = values["planned_o_data_type"], values.get("lse"), values.get("out")
+    made = torch.bfloat16 if q.dtype.itemsize == 1 else q.dtype
+    if rule == "planned-16-bit" and planned is not None and planned.itemsize != 1:
+        made = planned
+    given = planned if rule == "q-dtype" else made
+    shape = (*q.shape[:-1], v.shape[-1])
+    if values.get("return_lse") and lse is not None:
+        check(lse, lse_shape, torch.float32, q.device, "lse")
+        if heads_first and not lse.is_contiguous():
+            raise ValueError('lse for lse_layout="HN" must be contiguous')
+    if out is not None:
+        check(out, shape, given, q.device, "out")
+    return q.new_empty(shape, dtype=made), q.new_empty(lse_shape, dtype=torch.float32)
+
+
 # The calls a method's fake does not follow, by fake: they are traced as the method's own body.
 # The wrappers' run() scales an FP8 out by v_scale into a copy (every release 0.6.0 on, on every
 # backend but 0.7.4's trtllm-gen, which scales in its kernel; the op leaves them all out): the op,
@@ -1660,6 +1694,14 @@ def _fi_patch_fp8_out_scaled(values: "Dict[str, Any]") -> "bool":
 def _fi_patch_prefill_unfollowed(values: "Dict[str, Any]") -> "bool":
     own = values.get("planned_backend") in ("cute-dsl", "cute-dsl-prims")
     return own or _fi_patch_fp8_out_scaled(values)
+
+
+# The ragged prefill wrapper's run() on the backends that return tensors of their own or allocate
+# their own way: cutlass (fmha_varlen's outputs), fmha_v2 (0.6.16 on), cute-dsl (0.6.8 on),
+# cute-dsl-prims and cutile (0.7.0 on).
+def _fi_patch_ragged_unfollowed(values: "Dict[str, Any]") -> "bool":
+    own = ("cutlass", "fmha_v2", "cute-dsl", "cute-dsl-prims", "cutile")
+    return values.get("planned_backend") in own or _fi_patch_fp8_out_scaled(values)
 
 
 def _fi_patch_never(values: "Dict[str, Any]") -> "bool":
@@ -1740,6 +1782,7 @@ _fi_patch_boundary_rules = {
     "single_prefill": ("allocated",),
     "batch_decode": ("planned",),
     "batch_prefill": ("planned",),
+    "batch_ragged": ("q-dtype", "planned-16-bit"),
 }
 
 # What a method's fake reads of its wrapper, by fake: the op's parameter, the wrapper's attribute
@@ -1754,11 +1797,16 @@ _fi_patch_planned: "Dict[str, Tuple[Tuple[str, str, Any], ...]]" = {
         ("planned_o_data_type", "_cached_o_data_type", Optional[torch.dtype]),
         ("planned_backend", "_backend", str),
     ),
+    "batch_ragged": (
+        ("planned_o_data_type", "_cached_o_data_type", Optional[torch.dtype]),
+        ("planned_backend", "_backend", str),
+    ),
 }
 
 _fi_patch_unpatched = {
     "batch_decode": _fi_patch_fp8_out_scaled,
     "batch_prefill": _fi_patch_prefill_unfollowed,
+    "batch_ragged": _fi_patch_ragged_unfollowed,
 }
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
@@ -1782,4 +1830,5 @@ _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "single_prefill": _fi_patch_fake_single_prefill,
     "batch_decode": _fi_patch_fake_batch_decode,
     "batch_prefill": _fi_patch_fake_batch_prefill,
+    "batch_ragged": _fi_patch_fake_batch_ragged,
 }

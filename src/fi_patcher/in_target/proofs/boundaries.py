@@ -531,6 +531,95 @@ def _batch_prefill(torch, f):
     return calls, refused
 
 
+def _batch_ragged(torch, f):
+    """BatchPrefillWithRaggedKVCacheWrapper.run after plan(), on the CPU: 4 requests of 3, 2, 1
+    and 3 new tokens over 3, 17, 40 and 64 keys, 32 query heads over 8 KV heads of 128. Called as
+    the paged wrappers' run() is (positionally, return_lse, out and lse given, out given and lse
+    asked for, PDL), then HND, causal, plan()'s o_data_type float16 (allocated bfloat16 before
+    0.7.0, as run() does), a dynamic token count, the deprecated forward() (SGLang's extend,
+    causal, to its own op) and forward_return_lse(), and an lse given heads first (lse_layout "HN",
+    0.7.1 on); refused: an out of another dtype, an lse of another shape."""
+    import inspect
+
+    plain, hnd = _planned_ragged(torch, "NHD"), _planned_ragged(torch, "HND")
+    causal = _planned_ragged(torch, "NHD", causal=True)
+    halves = _planned_ragged(torch, "NHD", o_data_type=torch.float16)
+    q = torch.randn(9, 32, 128, dtype=torch.bfloat16)
+    k, v = torch.randn(124, 8, 128, dtype=torch.bfloat16), torch.randn(124, 8, 128).bfloat16()
+    out = torch.empty(9, 32, 128, dtype=torch.bfloat16)
+    lse = torch.empty(9, 32, dtype=torch.float32)
+    calls = [
+        ("positionally", lambda q, k, v: plain.run(q, k, v), (q, k, v), None),
+        ("return_lse", lambda q, k, v: plain.run(q, k, v, return_lse=True), (q, k, v), None),
+        (
+            "out and lse given",
+            lambda q, k, v, o, s: plain.run(q, k, v, out=o, lse=s, return_lse=True),
+            (q, k, v, out, lse),
+            None,
+        ),
+        (
+            "out given, lse asked for",
+            lambda q, k, v, o: plain.run(q, k, v, out=o, return_lse=True),
+            (q, k, v, out),
+            None,
+        ),
+        (
+            "PDL (enable_pdl=True)",
+            lambda q, k, v: plain.run(q, k, v, enable_pdl=True),
+            (q, k, v),
+            None,
+        ),
+        (
+            "HND",
+            lambda q, k, v: hnd.run(q, k, v),
+            (q, k.transpose(0, 1).contiguous(), v.transpose(0, 1).contiguous()),
+            None,
+        ),
+        ("causal", lambda q, k, v: causal.run(q, k, v) * 2, (q, k, v), None),
+        ("o_data_type float16", lambda q, k, v: halves.run(q, k, v) * 2, (q, k, v), None),
+        ("a dynamic token count", lambda q, k, v: plain.run(q, k, v) + 1, (q, k, v), 0),
+    ]
+    named = "forward() causal with sm_scale and logits_soft_cap, as SGLang's extend calls it"
+    state = {"causal": True, "sm_scale": 0.1, "logits_soft_cap": 30.0}
+    calls.append((named, lambda q, k, v: plain.forward(q, k, v, **state), (q, k, v), None))
+    calls.append(
+        ("forward_return_lse()", lambda q, k, v: plain.forward_return_lse(q, k, v), (q, k, v), None)
+    )
+    if "lse_layout" in inspect.signature(plain.run).parameters:
+        heads_first = torch.empty(32, 9, dtype=torch.float32)
+        calls.append(
+            (
+                "an lse given heads first (lse_layout HN), no out, return_lse",
+                lambda q, k, v, s: plain.run(q, k, v, lse=s, return_lse=True, lse_layout="HN"),
+                (q, k, v, heads_first),
+                None,
+            )
+        )
+    refused = [
+        (
+            "an out of another dtype",
+            lambda q, k, v, o: plain.run(q, k, v, out=o),
+            (q, k, v, out.half()),
+        ),
+        (
+            "an lse of another shape",
+            lambda q, k, v, o, s: plain.run(q, k, v, out=o, lse=s, return_lse=True),
+            (q, k, v, out, lse[:2]),
+        ),
+    ]
+    return calls, refused
+
+
+def _planned_ragged(torch, kv_layout, **more):
+    """A BatchPrefillWithRaggedKVCacheWrapper on the CPU, planned for 4 requests of 3, 2, 1 and 3
+    new tokens over 3, 17, 40 and 64 keys, 32 query heads over 8 KV heads of 128."""
+    qo_indptr = torch.tensor([0, 3, 5, 6, 9], dtype=torch.int32)
+    kv_indptr = torch.tensor([0, 3, 20, 60, 124], dtype=torch.int32)
+    planned = (qo_indptr, kv_indptr, 32, 8, 128)
+    wrapper_class = "BatchPrefillWithRaggedKVCacheWrapper"
+    return _planned(torch, "prefill", wrapper_class, planned, kv_layout, more)
+
+
 def _planned_prefill(torch, kv_layout, **more):
     """A BatchPrefillWithPagedKVCacheWrapper on the CPU, planned for 4 requests of 3, 2, 1 and 3
     new tokens over KV lengths 3, 17, 40 and 64 (pages of 16), 32 query heads over 8 KV heads of
@@ -569,6 +658,9 @@ def _planned(torch, module, wrapper_class, planned, kv_layout, more):
     space["torch"] = _Unpinned(torch)
     space["get_compute_capability"] = lambda device: (10, 0)
     space["determine_attention_backend"] = lambda *args, **kwargs: "fa2"
+    # 0.7.x's ragged plan() moves fa2 to another backend on SM100 and SM120.
+    space["_blackwell_ragged_auto_upgrade"] = lambda *args, **kwargs: None
+    space["_should_use_fmha_v2_sm120"] = lambda *args, **kwargs: False
     try:
         workspace = torch.empty(1024 * 1024, dtype=torch.uint8)
         wrapper = space[wrapper_class](workspace, kv_layout)
@@ -1098,6 +1190,7 @@ made by _sampling, the renorm samplers' (RENORMS) by _renorm)."""
 WRAPPERS = {
     "batch_decode_with_paged_kv_cache_run": _batch_decode,
     "batch_prefill_with_paged_kv_cache_run": _batch_prefill,
+    "batch_prefill_with_ragged_kv_cache_run": _batch_ragged,
 }
 """The wrappers' methods' call forms, by the patch's name: each makes and plans its wrappers."""
 
