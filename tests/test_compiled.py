@@ -207,7 +207,8 @@ def test_a_wrapper_s_run_keeps_its_own_plan_errors_and_key(applied: Applied) -> 
     paged prefill wrapper's: its run() without plan() raises FlashInfer's own error both ways, an
     eager run() dispatches no op, and planned for cute-dsl (which allocates its own way) its
     run() and its forward() are traced as unpatched: FlashInfer's own error both ways, no op in
-    the graphs."""
+    the graphs. The ragged prefill wrapper's the same, planned for cute-dsl (chosen only by
+    name)."""
     venv = applied("0.7.4", "2.14.1")
     completed = subprocess.run(
         [python_of(venv), IN_TARGET / "wrappers.py"],
@@ -237,3 +238,10 @@ def test_a_wrapper_s_run_keeps_its_own_plan_errors_and_key(applied: Applied) -> 
     assert (compiled_, ops) == (eager, [])
     eager, compiled_ = found["prefill cute-dsl forward"]
     assert eager.startswith("AttributeError: ") and compiled_ == eager
+    eager, compiled_ = found["ragged unplanned"]
+    assert eager.startswith("AttributeError: ") and "_cached_" in eager
+    assert compiled_ == eager
+    assert found["ragged eager ops"] == []
+    eager, compiled_, ops = found["ragged cute-dsl"]
+    assert eager.startswith("AttributeError: ") and "_cute_dsl" in eager
+    assert (compiled_, ops) == (eager, [])

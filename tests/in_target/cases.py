@@ -1077,8 +1077,8 @@ def _ragged_wrappers(f):
     """run() of BatchPrefillWithRaggedKVCacheWrapper after plan(): 4 requests of 3, 2, 1 and 3
     new tokens over 3, 17, 40 and 64 keys and values of their own, 32 query heads over 8 KV heads
     of 128. Positionally, causal with return_lse, with out and lse given, HND, into plan()'s
-    o_data_type float16 (bfloat16 before 0.7.0, as run() allocates it), over a token count that
-    changes with the plan, an lse heads first (lse_layout "HN", 0.7.1 on), through the
+    o_data_type float16 (bfloat16 before 0.7.0, as run() allocates it), an lse heads first
+    (lse_layout "HN", 0.7.1 on), through the
     deprecated forward() twice with two scales, causal (SGLang's extend), and
     forward_return_lse(), and two wrappers planned differently in one model."""
     wrapper_class = f.BatchPrefillWithRaggedKVCacheWrapper

@@ -766,7 +766,7 @@ def _batch_ragged(fws, iws, plan_info, q, k, v, qo, kv, o, lse, *rest):
     q[qo[b]:qo[b + 1]], over its keys and values, k[kv[b]:kv[b + 1]] (NHD; HND holds them in its
     second dimension), causal aligning its last token with its last key. What comes after lse:
     as the paged kernel's: the mask mode (0 none, 1 causal), the layout, window_left, enable_pdl,
-    the custom mask, its indptr, the alibi slopes, the three multi-item pointers, from 0.6.16 the
+    the custom mask, its indptr, the alibi slopes, the three multi-item pointers, from 0.6.10 the
     KV cache's scale factors, then the soft cap, sm_scale, rope's two and the items' length."""
     mask_mode, layout, window_left, custom_mask = rest[0], rest[1], rest[2], rest[4]
     soft_cap, sm_scale = rest[-5], rest[-4]

@@ -20,7 +20,9 @@ Prints one JSON line:
 - "prefill cute-dsl": a prefill wrapper planned for a backend that allocates its own way
   (cute-dsl, 0.6.18 on: its run() is traced as unpatched): the exception its run() raises eagerly
   and compiled on the CPU (FlashInfer's own, both ways), and the fi_patch ops its graphs hold
-  (none); "prefill cute-dsl forward": the same of its forward().
+  (none); "prefill cute-dsl forward": the same of its forward();
+- "ragged unplanned", "ragged eager ops", "ragged cute-dsl": the same three of
+  BatchPrefillWithRaggedKVCacheWrapper (cute-dsl, 0.6.8 on, chosen only by name).
 """
 
 from __future__ import annotations
@@ -142,6 +144,7 @@ def main():
     )
     found["fp8 out"] = [bool(torch.equal(eager, compiled)), bool(torch.equal(*buffers))]
     found.update(prefill(f))
+    found.update(ragged(f))
     print(json.dumps(found))
 
 
@@ -204,6 +207,51 @@ def prefill(f):
     found["prefill cute-dsl forward"] = [
         raised(lambda: wrapper.forward(q, kv, causal=True)),
         raised(lambda: forwarded(q, kv)),
+    ]
+    return found
+
+
+def ragged(f):
+    """The ragged prefill wrapper's run() without plan(), planned, and planned for cute-dsl."""
+    found = {}
+
+    def made():
+        with kernels.unpinned():
+            workspace = torch.empty(1 << 20, dtype=torch.uint8)
+            return f.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", backend="fa2")
+
+    q = torch.randn(3, 8, 64, dtype=torch.bfloat16)
+    k, v = torch.randn(5, 2, 64, dtype=torch.bfloat16), torch.randn(5, 2, 64, dtype=torch.bfloat16)
+    unplanned = made()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: unplanned.run(q, k, v), fullgraph=True)
+    found["ragged unplanned"] = [
+        raised(lambda: unplanned.run(q, k, v)),
+        raised(lambda: compiled(q, k, v)),
+    ]
+    wrapper = made()
+    bf16 = torch.bfloat16
+    qo, kv = torch.tensor([0, 2, 3], dtype=torch.int32), torch.tensor([0, 4, 5], dtype=torch.int32)
+    wrapper.plan(qo, kv, 8, 2, 64, q_data_type=bf16, kv_data_type=bf16)
+    mode = Dispatched()
+    with mode:
+        wrapper.run(q, k, v)
+    found["ragged eager ops"] = mode.ops
+    # Planned for cute-dsl as a host that has it plans: on the CPU its run() refuses for want of
+    # the backend's own state, eagerly and compiled, and no fi_patch op is in the graphs.
+    wrapper._backend = "cute-dsl"
+    torch._dynamo.reset()
+    graphs = []
+
+    def recording(gm, example_inputs):
+        graphs.append([str(n.target) for n in gm.graph.nodes if "fi_patch" in str(n.target)])
+        return gm.forward
+
+    compiled = torch.compile(lambda q, k, v: wrapper.run(q, k, v), backend=recording)
+    found["ragged cute-dsl"] = [
+        raised(lambda: wrapper.run(q, k, v)),
+        raised(lambda: compiled(q, k, v)),
+        [op for ops in graphs for op in ops],
     ]
     return found
 

@@ -1643,16 +1643,16 @@ def _fi_patch_fake_batch_prefill(values: "Dict[str, Any]", rule: "str", check: "
 
 
 # BatchPrefillWithRaggedKVCacheWrapper.run (flashinfer/prefill.py), after plan(), on the backends
-# that write the out run() allocates (fa2, fa3, cudnn, a JIT variant; the others are left to
-# run()'s body, `_fi_patch_unpatched`): lse_base and lse_layout checked by FlashInfer's own
-# check_lse_base and check_lse_layout where the release has them (0.7.1 on); an lse given checked
-# as run() checks it ((tokens, heads) float32; (heads, tokens), contiguous, for lse_layout "HN")
-# and an out given (q's shape but v's head dim), each a ValueError from FlashInfer's own
-# check_shape_dtype_device (check). out's dtype by rule: "q-dtype" (0.6.0 on) allocates bfloat16
-# for an 8-bit q and q's dtype otherwise, and checks an out given against plan()'s o_data_type;
-# "planned-16-bit" (0.7.0 on) takes plan()'s o_data_type for both, unless it is None or 8-bit,
-# then as "q-dtype" allocates. Its checks against plan() (the dtypes, q's token count) and the
-# kernel run in the op.
+# that write the out run() allocates or is given (fa2, fa3, cudnn, cutlass, fmha_v2, a JIT
+# variant; cute-dsl, cute-dsl-prims and cutile are left to run()'s body, `_fi_patch_unpatched`):
+# lse_base and lse_layout checked by FlashInfer's own check_lse_base and check_lse_layout where
+# the release has them (0.7.1 on); an lse given checked as run() checks it ((tokens, heads)
+# float32; (heads, tokens), contiguous, for lse_layout "HN") and an out given (q's shape but v's
+# head dim), each a ValueError from FlashInfer's own check_shape_dtype_device (check). out's dtype
+# by rule: "q-dtype" (0.6.0 on) allocates bfloat16 for an 8-bit q and q's dtype otherwise, and
+# checks an out given against plan()'s o_data_type; "planned-16-bit" (0.7.0 on) takes plan()'s
+# o_data_type for both, unless it is None or 8-bit, then as "q-dtype" allocates. Its checks
+# against plan() (the dtypes, q's token count) and the kernel run in the op.
 def _fi_patch_fake_batch_ragged(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
     q, v = values["q"], values["v"]
     for checked in ("lse_base", "lse_layout"):
@@ -1696,12 +1696,12 @@ def _fi_patch_prefill_unfollowed(values: "Dict[str, Any]") -> "bool":
     return own or _fi_patch_fp8_out_scaled(values)
 
 
-# The ragged prefill wrapper's run() on the backends that return tensors of their own or allocate
-# their own way: cutlass (fmha_varlen's outputs), fmha_v2 (0.6.16 on), cute-dsl (0.6.8 on),
-# cute-dsl-prims and cutile (0.7.0 on).
+# The ragged prefill wrapper's run() on the backends a wrapper is planned for only when asked by
+# name, whose kernels live outside FlashInfer's JIT modules and were never run where fi-patch can
+# check what they return: cute-dsl (0.6.8 on), cute-dsl-prims and cutile (0.7.0 on). cutlass and
+# fmha_v2, which `auto` chooses on SM100 and SM120, return the out (and lse) run() gives them.
 def _fi_patch_ragged_unfollowed(values: "Dict[str, Any]") -> "bool":
-    own = ("cutlass", "fmha_v2", "cute-dsl", "cute-dsl-prims", "cutile")
-    return values.get("planned_backend") in own or _fi_patch_fp8_out_scaled(values)
+    return values.get("planned_backend") in ("cute-dsl", "cute-dsl-prims", "cutile")
 
 
 def _fi_patch_never(values: "Dict[str, Any]") -> "bool":

@@ -658,7 +658,8 @@ def _planned(torch, module, wrapper_class, planned, kv_layout, more):
     space["torch"] = _Unpinned(torch)
     space["get_compute_capability"] = lambda device: (10, 0)
     space["determine_attention_backend"] = lambda *args, **kwargs: "fa2"
-    # 0.7.x's ragged plan() moves fa2 to another backend on SM100 and SM120.
+    # The ragged plan() moves auto's fa2 to fmha_v2 on SM120 (0.6.16 on) and to cudnn or cutlass
+    # on SM100 (0.7.1 on): here it stays fa2.
     space["_blackwell_ragged_auto_upgrade"] = lambda *args, **kwargs: None
     space["_should_use_fmha_v2_sm120"] = lambda *args, **kwargs: False
     try:
