@@ -16,10 +16,10 @@ dev: $(STAMP)
 
 # The fast tier; test-slow runs the rest (tests/support/tiers.py says what and why). CI runs both.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n auto --maxprocesses 4 -m "not slow" --cov --cov-branch --cov-report=term
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 -m "not slow" --durations=20 --cov --cov-branch --cov-report=term
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -n auto --maxprocesses 4 -m slow
+	$(BIN)/python -m pytest -n auto --maxprocesses 4 -m slow --durations=20
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check src tests patches benchmarks
