@@ -25,6 +25,7 @@ from tests.support.expected import PATCHES, files_of
 from tests.support.hashes import function_hashes
 from tests.support.relabel import docstring_changed, relabelled, venv_of
 from tests.support.releases import (
+    BATCH_RAGGED,
     BMM_FP8,
     BOUNDARIES,
     CUDA,
@@ -73,6 +74,7 @@ PRE_RELEASES = {
         TOPK_DEEPSEEK,
         SINGLE_DECODE,
         SINGLE_PREFILL,
+        BATCH_RAGGED,
     ),
     "0.7.2rc6": (LOGGING, CUDA, DECLARED, DECLARED_FAKE, UNDER_COMPILE, *BOUNDARIES),
 }
