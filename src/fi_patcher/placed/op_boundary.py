@@ -1619,24 +1619,16 @@ def _fi_patch_fake_batch_decode(values: "Dict[str, Any]", rule: "str", check: "A
 def _fi_patch_fake_batch_prefill(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
     q = values["q"]
     _, v = check(values["paged_kv_cache"], values["planned_kv_layout"])
-    for checked in ("lse_base", "lse_layout"):
-        checker = check.__globals__.get("check_" + checked)
-        if checked in values and checker is not None:
-            checker(values[checked])
-    heads_first = values.get("lse_layout") == "HN"
-    lse_shape = (q.shape[1], q.shape[0]) if heads_first else (q.shape[0], q.shape[1])
+    lse_shape = _fi_patch_lse_layout(values, check.__globals__)
     shaped = check.__globals__["check_shape_dtype_device"]
-    planned, lse, out = values["planned_o_data_type"], values.get("lse"), values.get("out")
+    planned, out = values["planned_o_data_type"], values.get("out")
     dtype, shape = planned or q.dtype, (*q.shape[:-1], v.shape[-1])
     if out is not None and planned is not None and out.dtype != planned:
         raise ValueError(
             "The dtype of out %s does not match the o_data_type %s specified in plan function."
             % (out.dtype, planned)
         )
-    if values.get("return_lse") and lse is not None:
-        shaped(lse, lse_shape, torch.float32, q.device, "lse")
-        if heads_first and not lse.is_contiguous():
-            raise ValueError('lse for lse_layout="HN" must be contiguous')
+    _fi_patch_lse_given(values, lse_shape, shaped)
     if out is not None:
         shaped(out, shape, dtype, q.device, "out")
     return q.new_empty(shape, dtype=dtype), q.new_empty(lse_shape, dtype=torch.float32)
@@ -1655,25 +1647,41 @@ def _fi_patch_fake_batch_prefill(values: "Dict[str, Any]", rule: "str", check: "
 # against plan() (the dtypes, q's token count) and the kernel run in the op.
 def _fi_patch_fake_batch_ragged(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
     q, v = values["q"], values["v"]
-    for checked in ("lse_base", "lse_layout"):
-        checker = check.__globals__.get("check_" + checked)
-        if checked in values and checker is not None:
-            checker(values[checked])
-    heads_first = values.get("lse_layout") == "HN"
-    lse_shape = (q.shape[1], q.shape[0]) if heads_first else (q.shape[0], q.shape[1])
-    planned, lse, out = values["planned_o_data_type"], values.get("lse"), values.get("out")
+    lse_shape = _fi_patch_lse_layout(values, check.__globals__)
+    planned, out = values["planned_o_data_type"], values.get("out")
     made = torch.bfloat16 if q.dtype.itemsize == 1 else q.dtype
     if rule == "planned-16-bit" and planned is not None and planned.itemsize != 1:
         made = planned
     given = planned if rule == "q-dtype" else made
     shape = (*q.shape[:-1], v.shape[-1])
-    if values.get("return_lse") and lse is not None:
-        check(lse, lse_shape, torch.float32, q.device, "lse")
-        if heads_first and not lse.is_contiguous():
-            raise ValueError('lse for lse_layout="HN" must be contiguous')
+    _fi_patch_lse_given(values, lse_shape, check)
     if out is not None:
         check(out, shape, given, q.device, "out")
     return q.new_empty(shape, dtype=made), q.new_empty(lse_shape, dtype=torch.float32)
+
+
+# The prefill wrappers' lse, as their run() checks it: lse_base and lse_layout by FlashInfer's own
+# check_lse_base and check_lse_layout where the release has them (0.7.1 on, in `namespace`, the
+# module's globals); then its shape, (tokens, heads), or (heads, tokens) for lse_layout "HN".
+def _fi_patch_lse_layout(values: "Dict[str, Any]", namespace: "Dict[str, Any]") -> "Any":
+    for checked in ("lse_base", "lse_layout"):
+        checker = namespace.get("check_" + checked)
+        if checked in values and checker is not None:
+            checker(values[checked])
+    q = values["q"]
+    if values.get("lse_layout") == "HN":
+        return (q.shape[1], q.shape[0])
+    return (q.shape[0], q.shape[1])
+
+
+# An lse given with return_lse, checked as run() checks it by FlashInfer's own
+# check_shape_dtype_device (`shaped`): float32 of `lse_shape`, and contiguous for "HN".
+def _fi_patch_lse_given(values: "Dict[str, Any]", lse_shape: "Any", shaped: "Any") -> "None":
+    lse, q = values.get("lse"), values["q"]
+    if values.get("return_lse") and lse is not None:
+        shaped(lse, lse_shape, torch.float32, q.device, "lse")
+        if values.get("lse_layout") == "HN" and not lse.is_contiguous():
+            raise ValueError('lse for lse_layout="HN" must be contiguous')
 
 
 # The calls a method's fake does not follow, by fake: they are traced as the method's own body.
