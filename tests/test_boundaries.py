@@ -67,6 +67,7 @@ from tests.support.releases import (
     TOPK_DEEPSEEK,
     TRTLLM_BF16,
     TRTLLM_BF16_ROUTED,
+    TRTLLM_DECODE,
     TRTLLM_FP4,
     TRTLLM_FP4_ROUTED,
     TRTLLM_FP8_BLOCK,
@@ -125,6 +126,7 @@ ENTRY_POINTS = {
     BATCH_DECODE: "batch_decode_with_paged_kv_cache_run",
     BATCH_PREFILL: "batch_prefill_with_paged_kv_cache_run",
     BATCH_RAGGED: "batch_prefill_with_ragged_kv_cache_run",
+    TRTLLM_DECODE: "trtllm_batch_decode_with_kv_cache",
 }
 ACTIVATIONS = (GELU, "op-gelu-tanh-and-mul", SILU)
 # What each proof shows, after its entry point's name: the call forms traced, and the inputs
@@ -163,6 +165,13 @@ RUN_FORMS = (
     "given, lse asked for, PDL (enable_pdl=True)"
 )
 RUN_REFUSED = "a cache in a list, an out of another dtype, an lse of another shape"
+TRTLLM_DECODE_FORMS = (
+    "positionally, by keyword as SGLang calls it, a (k, v) pair, NHD, tensor scales, out given, "
+    "xqa, out_dtype float16, a dynamic batch, a max_seq_len read from a dynamic size"
+)
+TRTLLM_DECODE_REFUSED = (
+    'an out of another shape, out_dtype float32, an unknown backend, out_dtype "nvfp4" on xqa'
+)
 CUTLASS_REFUSED = "an output of too few rows, the min-latency mode, profile_ids of one tactic"
 PROVEN = {
     # cutlass_fused_moe (0.6.8 on); workspace_buffer and profile_ids from 0.6.16, ClampedRelu2's
@@ -204,6 +213,12 @@ PROVEN = {
         "causal with sm_scale and logits_soft_cap, as SGLang's extend calls it, "
         "forward_return_lse()",
         "an out of another dtype, an lse of another shape",
+    ),
+    # "auto" answered as SM100 (trtllm-gen); lse from 0.6.12 (BEFORE).
+    "trtllm_batch_decode_with_kv_cache": (
+        TRTLLM_DECODE_FORMS + ", return_lse, out and lse given, return_lse, out given, lse asked "
+        "for, lse given with return_lse, out allocated",
+        TRTLLM_DECODE_REFUSED + ", return_lse on xqa",
     ),
     # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
     # first; the top-k pair keeps the input's dtype and refuses float64.
@@ -368,6 +383,9 @@ CUTLASS_OLDER = PROVEN["cutlass_fused_moe"][0].removesuffix(", writes: workspace
 BEFORE["cutlass_fused_moe"] = (
     ("0.6.16", CUTLASS_OLDER, CUTLASS_REFUSED.removesuffix(", profile_ids of one tactic")),
     ("0.7.2", PROVEN["cutlass_fused_moe"][0], CUTLASS_REFUSED),
+)
+BEFORE["trtllm_batch_decode_with_kv_cache"] = (
+    ("0.6.12", TRTLLM_DECODE_FORMS, TRTLLM_DECODE_REFUSED),
 )
 BEFORE["trtllm_bf16_routed_moe"] = (
     ("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),
@@ -709,6 +727,7 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         BATCH_DECODE: "0.6.0",
         BATCH_PREFILL: "0.6.0",
         BATCH_RAGGED: "0.6.0",
+        TRTLLM_DECODE: "0.6.0",
     }
     boundaries = [p for p in BOUNDARIES if Version(version) >= Version(since.get(p, "0"))]
 

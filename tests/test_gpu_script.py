@@ -192,10 +192,10 @@ def test_the_device_script_runs_the_whole_check_from_wheels(tmp_path: Path) -> N
     ]
     exits = [int(code) for code in re.findall(r"^exit (\d+) after \d+s$", log, re.M)]
     assert exits == [3, 0, 0, 77, 77, 77, 0, 3], log
-    # Every patch that applies to 0.6.8.post1 (39 from fi-patch 0.23.0, with the ragged prefill
-    # wrapper's run()), each proven.
-    assert "proofs: 39 of 39 red before the patch, 39 of 39 pass after" in log
-    assert "applied 39 patches in 13 files" in log
+    # Every patch that applies to 0.6.8.post1 (40 from fi-patch 0.24.0, with
+    # trtllm_batch_decode_with_kv_cache), each proven.
+    assert "proofs: 40 of 40 red before the patch, 40 of 40 pass after" in log
+    assert "applied 40 patches in 13 files" in log
     assert log.count("no CUDA device (torch 2.14.1+cu130): nothing checked") == 3
     with tarfile.open(out / "results.tar.gz") as results:
         assert "./0.6.8.post1/0b-apply.log" in results.getnames()

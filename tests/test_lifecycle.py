@@ -64,6 +64,7 @@ from tests.support.releases import (
     TOPK_DEEPSEEK,
     TRTLLM_BF16,
     TRTLLM_BF16_ROUTED,
+    TRTLLM_DECODE,
     TRTLLM_FP4,
     TRTLLM_FP4_ROUTED,
     TRTLLM_FP8_BLOCK,
@@ -238,6 +239,7 @@ def test_backup_and_manifest(runner: CliRunner, venv_with: MakeVenv) -> None:
     assert [(p["id"], p["shape"]) for p in records[DECODE]["patches"]] == [
         (BATCH_DECODE, "0.6.18"),
         (SINGLE_DECODE, "0.6.10"),
+        (TRTLLM_DECODE, "0.6.18"),
     ]
     assert [(p["id"], p["shape"]) for p in records[PREFILL]["patches"]] == [
         (BATCH_PREFILL, "0.6.18"),

@@ -10,8 +10,9 @@ Run it with the target environment's own python, after `fi-patch apply` there:
 op-* patch gives an op (the activations, mm_fp4, mm_fp8, bmm_fp8, the quantizers, the samplers with
 seed and offset given, the renorm samplers on bfloat16 input, concat_mla_k, fused_topk_deepseek,
 trtllm_fp4_block_scale_moe into output=, SM100 only, single_decode_with_kv_cache,
-single_prefill_with_kv_cache, and the run() of BatchDecodeWithPagedKVCacheWrapper and
-BatchPrefillWithPagedKVCacheWrapper after plan(), with use_cuda_graph=True too),
+single_prefill_with_kv_cache, the run() of BatchDecodeWithPagedKVCacheWrapper and
+BatchPrefillWithPagedKVCacheWrapper after plan(), with use_cuda_graph=True too, and
+trtllm_batch_decode_with_kv_cache),
 called without and with `out=` where it takes it, it compares `torch.compile(fullgraph=True)` (the
 default backend, Inductor) with the eager call, bit for bit; then captures the compiled function in
 a CUDA graph, replays it on new input, and compares again.
@@ -138,6 +139,7 @@ def cases(torch, flashinfer):  # type: ignore[no-untyped-def]
     yield from mla(torch, f, t)
     yield from attention(f, t)
     yield from wrappers(torch, f, t)
+    yield from trtllm_decode(torch, f, t)
     yield from moe_routing(torch, f)
     yield from fused_moe(torch, f)
 
@@ -202,6 +204,58 @@ def attention(f, t):  # type: ignore[no-untyped-def]
     name = "single_prefill_with_kv_cache"
     yield name + ", causal, return_lse", name, (lambda: t(256, 32, 128), *cache), prefill
     yield name + ", causal", name, (lambda: t(256, 32, 128), *cache), prefill_out
+
+
+def trtllm_decode(torch, f, t):  # type: ignore[no-untyped-def]
+    """trtllm_batch_decode_with_kv_cache (0.6.0 on; flashinfer.decode's), stateless, "auto"
+    choosing the device's kernel (trtllm-gen on SM100, xqa elsewhere): 16 requests of 32 query
+    heads over 8 KV heads of 128, 64 to 1024 keys each in pages of 16 out of order, the cache HND
+    as one tensor, as SGLang's trtllm_mha backend calls it (by keyword, out_dtype), with its lse
+    (0.6.12 on; xqa refuses it: n/a there), and into out with tensor scales."""
+    decode = getattr(f, "decode", None)
+    if not hasattr(decode, "trtllm_batch_decode_with_kv_cache"):
+        return
+    import inspect
+
+    fn = decode.trtllm_batch_decode_with_kv_cache
+    name = "trtllm_batch_decode_with_kv_cache"
+    generator = torch.Generator().manual_seed(1)
+    lengths = torch.randint(64, 1025, (16,), generator=generator)
+    pages = torch.randperm(16 * 64, generator=generator).int().reshape(16, 64).cuda()
+    seq_lens = lengths.int().cuda()
+    workspace = torch.zeros(128 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+    inputs = (lambda: t(16, 32, 128), lambda: t(16 * 64, 2, 8, 16, 128))
+
+    def sglang(q, kv):  # type: ignore[no-untyped-def]
+        return (
+            fn(
+                query=q,
+                kv_cache=kv,
+                workspace_buffer=workspace,
+                block_tables=pages,
+                seq_lens=seq_lens,
+                max_seq_len=1024,
+                bmm1_scale=128**-0.5,
+                bmm2_scale=1.0,
+                window_left=-1,
+                out_dtype=torch.bfloat16,
+            ),
+        )
+
+    scales = (torch.full((), 128**-0.5, device="cuda"), torch.ones((), device="cuda"))
+
+    def into(q, kv, o):  # type: ignore[no-untyped-def]
+        fn(q, kv, workspace, pages, seq_lens, 1024, *scales, out=o)
+        return (o,)
+
+    yield name + ", as SGLang calls it", name, inputs, sglang
+    yield name + " out=, tensor scales", name, (*inputs, lambda: t(16, 32, 128)), into
+    if "return_lse" in inspect.signature(fn).parameters:
+
+        def with_lse(q, kv):  # type: ignore[no-untyped-def]
+            return fn(q, kv, workspace, pages, seq_lens, 1024, 128**-0.5, return_lse=True)
+
+        yield name + ", return_lse", name, inputs, with_lse
 
 
 def wrappers(torch, f, t):  # type: ignore[no-untyped-def]

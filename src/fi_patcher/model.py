@@ -134,6 +134,11 @@ class Boundary:
     decode wrapper's deprecated `forward`, which SGLang calls, and `forward_return_lse`), each
     with how many outputs it returns: each gets an op of its own, whose body is that method,
     routed when the class's first wrapper is made (the class then holds them all)."""
+    given: bool = False
+    """The function's outputs are its parameters, given or not (trtllm_batch_decode_with_kv_cache's
+    `out` and `lse`), as a method's are: the flag (`returns_when`, where the text has it) is passed
+    on as given, the op returns a list, and a call that gives one output calls OP_out, which
+    writes them all, the others allocated in the graph as the fake gives them. No key."""
 
     UNCAPTURABLE = ("none", "true")
 
@@ -192,6 +197,7 @@ class Boundary:
             )
             + (f",\n        writes={self._tuple(self.writes)}" if self.writes else "")
             + (",\n        listed=True" if self.listed else "")
+            + (",\n        given=True" if self.given else "")
         )
 
 

@@ -129,6 +129,7 @@ def _parse_operation(data: dict[str, Any], declarations: Sequence[Declaration]) 
             _flag(data.get("listed", False), "listed"),
             _flag(data.get("method", False), "method"),
             tuple((alias, int(count)) for alias, count in data.get("aliases", {}).items()),
+            _flag(data.get("given", False), "given"),
         )
     raise KeyError(f"operation kind {kind!r}")
 
@@ -269,6 +270,10 @@ def _method_problems(patch: Patch, boundary: Boundary) -> list[str]:
         problems.append("method = true takes a scope (the class) and no listed or uncapturable")
     if boundary.aliases and not boundary.method:
         problems.append("aliases take method = true")
+    if boundary.given and (boundary.method or boundary.listed or boundary.uncapturable):
+        problems.append("given = true takes no method, listed or uncapturable")
+    if boundary.given and not boundary.out:
+        problems.append("given = true takes the out parameter (out)")
     return problems + [
         f"aliases: {a} = {n} is not a method's name and 1 to {boundary.returns} outputs"
         for a, n in boundary.aliases

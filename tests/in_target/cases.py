@@ -960,6 +960,7 @@ def _attention(f):
             (*one_prefill, *one_prefill, "fi_patch_declared.merge_state"),
         ),
     }
+    found.update(_trtllm_decode(f))
     if _has(f.single_prefill_with_kv_cache, "v_scale"):
         # A tensor where the op takes a number (0.6.10 on): the function's own body is traced,
         # as unpatched (a graph break at its module's build), and the call runs eagerly.
@@ -968,6 +969,95 @@ def _attention(f):
             lambda: [*prefill(), torch.full((), 0.5)],
             (),
             fullgraph=False,
+        )
+    return found
+
+
+def _trtllm_decode(f):
+    """trtllm_batch_decode_with_kv_cache, stateless, on its trtllm-gen kernel ("auto" on an SM100
+    host): 4 requests of 32 query heads over 8 KV heads of 128, 1, 17, 40 and 64 keys in pages of
+    16 out of order, the cache HND. As SGLang's trtllm_mha backend calls it (by keyword, sinks,
+    out_dtype), a (k, v) pair NHD with tensor scales, into out, twice with two scales in one model,
+    over a batch and a max_seq_len that grow (one compile for both), and from 0.6.12 with
+    return_lse, and out given with lse asked for. None before 0.6.0 (no op there)."""
+    decode = getattr(f, "decode", None)
+    fn = getattr(decode, "trtllm_batch_decode_with_kv_cache", None)
+    if fn is None or not _has(fn, "mask"):
+        return {}
+    order = [11, 2, 7, 0, 14, 5, 9, 3, 12, 6, 1, 15, 8, 4, 13, 10]
+
+    def inputs(batch=4, lengths=(1, 17, 40, 64), width=4, seed=0):
+        tables = torch.tensor(order[: batch * width], dtype=torch.int32).reshape(batch, width)
+        return [
+            _random(batch, 32, 128, seed=seed),
+            _random(16, 2, 8, 16, 128, seed=seed + 1),
+            tables,
+            _i32(*lengths),
+        ]
+
+    space = torch.zeros(1 << 20, dtype=torch.uint8)
+    sinks = torch.linspace(-1.0, 1.0, 32)
+
+    def sglang(q, kv, tables, lengths):
+        return decode.trtllm_batch_decode_with_kv_cache(
+            query=q,
+            kv_cache=kv,
+            workspace_buffer=space,
+            block_tables=tables,
+            seq_lens=lengths,
+            max_seq_len=64,
+            bmm1_scale=128**-0.5,
+            bmm2_scale=1.0,
+            window_left=-1,
+            sinks=sinks,
+            out_dtype=torch.bfloat16,
+        )
+
+    def paired(q, kv, tables, lengths, s1, s2):
+        k, v = kv[:, 0].transpose(1, 2), kv[:, 1].transpose(1, 2)
+        return fn(q, (k, v), space, tables, lengths, 64, s1, s2, kv_layout="NHD")
+
+    def grown(q, kv, tables, lengths):
+        return fn(q, kv, space, tables, lengths, tables.shape[1] * 16, 0.09) * 2
+
+    one = ("fi_patch.trtllm_batch_decode_with_kv_cache",)
+    written = ("fi_patch.trtllm_batch_decode_with_kv_cache_out",)
+    scales = [torch.full((), 0.09), torch.full((), 0.5)]
+    found = {
+        "trtllm_batch_decode_with_kv_cache as SGLang's trtllm_mha backend calls it": Case(
+            sglang, inputs, one
+        ),
+        "trtllm_batch_decode_with_kv_cache, a (k, v) pair NHD with tensor scales": Case(
+            paired, lambda: [*inputs(), *scales], one
+        ),
+        "trtllm_batch_decode_with_kv_cache into out": Case(
+            lambda q, kv, t, n, o: fn(q, kv, space, t, n, 64, 0.09, out=o),
+            lambda: [*inputs(), torch.zeros(4, 32, 128, dtype=torch.bfloat16)],
+            written,
+            written=(4,),
+        ),
+        "trtllm_batch_decode_with_kv_cache twice with two scales in one model": Case(
+            lambda q, kv, t, n: fn(q, kv, space, t, n, 64, 0.05) + fn(q, kv, space, t, n, 64, 0.2),
+            inputs,
+            one * 2,
+        ),
+        "trtllm_batch_decode_with_kv_cache over a batch and a max_seq_len that grow": Case(
+            grown,
+            lambda: inputs(batch=2, lengths=(3, 30), width=2),
+            one,
+            mark_dynamic=((0, 0), (2, 0), (2, 1), (3, 0)),
+            again=(lambda: inputs(batch=3, lengths=(5, 33, 47), width=3, seed=4),),
+        ),
+    }
+    if _has(fn, "return_lse"):
+        found["trtllm_batch_decode_with_kv_cache with return_lse"] = Case(
+            lambda q, kv, t, n: fn(q, kv, space, t, n, 64, 0.09, return_lse=True), inputs, one
+        )
+        found["trtllm_batch_decode_with_kv_cache, out given and lse asked for"] = Case(
+            lambda q, kv, t, n, o: fn(q, kv, space, t, n, 64, 0.09, out=o, return_lse=True),
+            lambda: [*inputs(), torch.zeros(4, 32, 128, dtype=torch.bfloat16)],
+            written,
+            written=(4,),
         )
     return found
 

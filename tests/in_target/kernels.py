@@ -784,6 +784,45 @@ def _batch_ragged(fws, iws, plan_info, q, k, v, qo, kv, o, lse, *rest):
             lse[tokens].copy_(logsumexp)
 
 
+def _trtllm_decode(out, out_sf, q, k, v, workspace, *rest):
+    """trtllm_batch_decode_with_kv_cache's trtllm-gen kernel (0.6 to 0.7.4; the function gives
+    it the cache HND, transposing an NHD one): request b's query, one token, over its first
+    seq_lens[b] keys in the pages block_tables[b] lists, the scores scaled by bmm1_scale (a
+    tensor arrives multiplied by log2(e)), the output by bmm2_scale, an attention sink (one per
+    head) a logit of its own in each head's softmax; its lse where asked, in base 2. What comes
+    after the workspace: from 0.6.15 the counters (a byte buffer), then the block tables, seq_lens,
+    max_q_len, max_seq_len, the two scales, the FP4 output's three, the batch size, window_left,
+    sparse_top_k, the SM count, enable_pdl, the workspace's size, sinks, cum_seq_lens_q, from 0.6.4
+    the skip-softmax threshold (from 0.6.7 after the KV block scales, and before
+    uses_shared_paged_kv_idx), from 0.6.12 lse."""
+    if rest[0].dtype == torch.uint8:
+        rest = rest[1:]
+    tables, lengths, max_q_len, _, bmm1, bmm2 = rest[:6]
+    window_left, sinks, cum = rest[10], rest[15], rest[16]
+    plain = out_sf is None and max_q_len == 1 and cum is None
+    if len(rest) >= 21:
+        plain = plain and rest[17] is None and rest[18] is None and rest[20] is True
+    if not plain or window_left != -1:
+        raise NotImplementedError("the CPU trtllm-gen decode is plain one-token paged attention")
+    lse = rest[21] if len(rest) > 21 else None
+    scale = float(bmm1) if not isinstance(bmm1, torch.Tensor) else float(bmm1) / math.log2(math.e)
+    page_size = k.shape[2]
+    for b in range(q.shape[0]):
+        length = int(lengths[b])
+        pages = tables[b, : (length + page_size - 1) // page_size].long()
+        keys = _paged(k, pages, 1)[:length].float()
+        values = _paged(v, pages, 1)[:length].float()
+        group = q.shape[1] // keys.shape[1]
+        keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
+        scores = torch.einsum("hd,khd->hk", q[b].float(), keys) * scale
+        if sinks is not None:
+            scores = torch.cat([scores, sinks.float()[:, None]], dim=1)
+        weights = scores.softmax(dim=-1)[:, :length]
+        out[b].copy_((torch.einsum("hk,khd->hd", weights, values) * float(bmm2)).to(out.dtype))
+        if lse is not None:
+            lse[b].copy_(torch.logsumexp(scores, dim=-1) / math.log(2))
+
+
 _BATCH_PREFILL = {"plan": _batch_plan, "paged_run": _batch_prefill, "ragged_run": _batch_ragged}
 
 OF_MODULE = {
@@ -848,6 +887,7 @@ KERNELS = {
     "fp4_gemm": _fp4_gemm,
     "fp8_gemm": _fp8_gemm,
     "trtllm_low_latency_gemm": _trtllm_low_latency_gemm,
+    "trtllm_paged_attention_decode": _trtllm_decode,
 }
 """By the name FlashInfer calls on its JIT module."""
 
@@ -959,6 +999,7 @@ def _unpinning(allocate):
 
 REPLACED = {
     "get_compute_capability": lambda device: (10, 0),
+    "get_device_sm_count": lambda device: 148,
     "_get_stream_cache_buf": _buffer,
     "_get_row_states_buffer": _row_states,
     "setup_cubin_loader": lambda *args, **kwargs: None,

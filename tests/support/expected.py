@@ -145,6 +145,8 @@ def _boundary(node: ast.FunctionDef, patch: str, operation: Boundary, rule: str)
         checked += f",\n        writes=({names})"
     if operation.listed:
         checked += ",\n        listed=True"
+    if operation.given:
+        checked += ",\n        given=True"
     if operation.method:
         # In the class body: the method and the constructor rebound, the module's name let go.
         names = [node.name, "__init__"]

@@ -78,6 +78,7 @@ SINGLE_PREFILL = "op-single-prefill-with-kv-cache"
 BATCH_DECODE = "op-batch-decode-with-paged-kv-cache-run"
 BATCH_PREFILL = "op-batch-prefill-with-paged-kv-cache-run"
 BATCH_RAGGED = "op-batch-prefill-with-ragged-kv-cache-run"
+TRTLLM_DECODE = "op-trtllm-batch-decode-with-kv-cache"
 ROUTED = (
     TRTLLM_BF16_ROUTED,
     TRTLLM_FP4_ROUTED,
@@ -136,6 +137,7 @@ BOUNDARIES = (
     TOP_K_TOP_P,
     TOP_P_RENORM,
     TOP_P,
+    TRTLLM_DECODE,
     *MOE,
 )
 """The op-boundary patches, one public entry point each, in registry order: the activations
@@ -145,8 +147,9 @@ TOP_K, TOP_K_TOP_P, TOP_P, from 0.6.7) and the renorm samplers (MASK, TOP_K_RENO
 TOP_P_RENORM, from 0.6.0), concat_mla_k (CONCAT) in CONCAT_OPS and fused_topk_deepseek
 (TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, MOE in MOE_CORE, from 0.6.8, cutlass_fused_moe
 (CUTLASS_MOE) in MOE_CORE, from 0.6.8 too, the single-request attention (SINGLE_DECODE in
-DECODE, SINGLE_PREFILL in PREFILL), from 0.2.6, and the wrappers' run() (BATCH_DECODE in DECODE,
-BATCH_PREFILL and BATCH_RAGGED in PREFILL), from 0.6.0."""
+DECODE, SINGLE_PREFILL in PREFILL), from 0.2.6, the wrappers' run() (BATCH_DECODE in DECODE,
+BATCH_PREFILL and BATCH_RAGGED in PREFILL), from 0.6.0, and trtllm_batch_decode_with_kv_cache
+(TRTLLM_DECODE in DECODE), from 0.6.0."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
@@ -461,8 +464,8 @@ def _in_moe_core(shapes: dict[str, str]) -> dict[str, tuple[str, str]]:
 
 # The shape of each op-* patch that holds a file of its own (op-concat-mla-k from 0.6.0, not in
 # 0.6.0rc1; op-fused-topk-deepseek from 0.6.0rc1; the MOE patches, which share one, from 0.6.8;
-# the single-request attention's two from 0.2.6; the wrappers' run() from 0.6.0, not in
-# 0.6.0rc1)
+# the single-request attention's two from 0.2.6; the wrappers' run() and
+# trtllm_batch_decode_with_kv_cache from 0.6.0, not in 0.6.0rc1)
 # and sha256[:12] of that file, by release, taken from the archives the index verified.
 OWN_FILES = {
     CONCAT: CONCAT_OPS,
@@ -480,6 +483,7 @@ OWN_FILES = {
     BATCH_DECODE: DECODE,
     BATCH_PREFILL: PREFILL,
     BATCH_RAGGED: PREFILL,
+    TRTLLM_DECODE: DECODE,
 }
 OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     CONCAT: {
@@ -750,6 +754,20 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
         "0.7.1": ("0.7.1", "8917d7f1a807"),
         "0.7.1rc1": ("0.7.1", "8917d7f1a807"),
         "0.7.2rc6": ("0.7.2.post1", "e230c0d41ddf"),
+        "0.7.4": ("0.7.4", "38fecaeff6ee"),
+    },
+    TRTLLM_DECODE: {
+        "0.6.0": ("0.6.0", "0b4b128ee73c"),
+        "0.6.7": ("0.6.7", "a78c9232952b"),
+        "0.6.8": ("0.6.8", "432d7a11dba3"),
+        "0.6.10": ("0.6.10", "6a60aeba3ff8"),
+        "0.6.11.post3": ("0.6.10", "6a60aeba3ff8"),
+        "0.6.12": ("0.6.12", "d9e195893bc6"),
+        "0.6.18.post1": ("0.6.18", "d82d107a6445"),
+        "0.7.0": ("0.7.0", "df105a900746"),
+        "0.7.1": ("0.7.1", "8917d7f1a807"),
+        "0.7.1rc1": ("0.7.1", "8917d7f1a807"),
+        "0.7.2rc6": ("0.7.2", "e230c0d41ddf"),
         "0.7.4": ("0.7.4", "38fecaeff6ee"),
     },
     CUTLASS_MOE: _in_moe_core(

@@ -21,7 +21,7 @@
 # mypy reads them.
 import itertools
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -89,13 +89,19 @@ class _FiPatchRequired(object):
     pass
 
 
-# The types a patch may give a parameter FlashInfer left unannotated.
+# The types a patch may give a parameter FlashInfer left unannotated, or annotated with a type no
+# op schema holds (trtllm_batch_decode_with_kv_cache's out, a tensor or an FP4Tensor; its sinks,
+# annotated a list of tensors and passed as one tensor; its out_dtype, a dtype or "nvfp4"): a
+# traced call that passes another kind traces the function's own body. A "pair" is a tensor or a
+# pair of tensors (kv_cache_sf).
 _fi_patch_named_types = {
     "Tensor": torch.Tensor,
     "int": int,
     "float": float,
     "bool": bool,
     "str": str,
+    "dtype": torch.dtype,
+    "pair": Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]],
 }
 
 
@@ -113,7 +119,30 @@ def _fi_patch_boundary(
     uncapturable: "Optional[Dict[str, str]]" = None,
     writes: "Tuple[str, ...]" = (),
     listed: "bool" = False,
+    given: "bool" = False,
 ) -> "Any":
+    if given:
+        # Its outputs given or allocated as a method's are (trtllm_batch_decode_with_kv_cache's
+        # out and lse), without a wrapper's key.
+        made = _fi_patch_method_entry(
+            fn,
+            name,
+            fake,
+            rule,
+            out,
+            returns,
+            check,
+            types,
+            returns_when,
+            only,
+            writes,
+            1,
+            {},
+            keyed=False,
+        )
+        if made.routed is not None:
+            _fi_patch_in_place(fn, made.routed)
+        return made.routed or fn
     entry = _FiPatchBoundary(name, fn)
     entry.flag = returns_when
     entry.writes = tuple(writes)
@@ -224,7 +253,7 @@ def _fi_patch_parameters(
         default = parameter.default
         defaults.append(_FiPatchRequired if default is parameter.empty else default)
         annotation = hints.get(parameter.name, parameter.empty)
-        if annotation is parameter.empty and parameter.name in types:
+        if parameter.name in types:
             annotation = _fi_patch_named_types[types[parameter.name]]
         if parameter.name == entry.flag:
             continue
@@ -286,7 +315,7 @@ def _fi_patch_parameter(
     if _fi_patch_is_tuple(annotation):
         entry.tuples += (name,)
     plain = typing.get_args(kind)[0] if typing.get_origin(kind) is typing.Union else kind
-    if plain in (int, float, torch.Tensor):
+    if plain in (int, float, torch.Tensor, torch.dtype):
         entry.kinds[name] = plain
     return [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=kind)]
 
@@ -548,10 +577,11 @@ def _fi_patch_boundary_route(entry: "_FiPatchBoundary", at: "int") -> "None":
 
 
 # Whether a traced call's value is one the op's schema cannot take: a tensor for a number, or
-# anything but a tensor (or None) for a tensor. A SymInt or SymFloat is a number.
+# anything but a tensor (or None) for a tensor, anything but a dtype (or None) for a dtype. A
+# SymInt or SymFloat is a number.
 def _fi_patch_mistyped(value: "Any", kind: "Any") -> "bool":
-    if kind is torch.Tensor:
-        return value is not None and not isinstance(value, torch.Tensor)
+    if kind in (torch.Tensor, torch.dtype):
+        return value is not None and not isinstance(value, kind)
     return isinstance(value, torch.Tensor)
 
 
@@ -854,9 +884,10 @@ def _fi_patch_method_entry(
     writes: "Tuple[str, ...]",
     outputs: "int",
     pairs: "Dict[str, str]",
+    keyed: "bool" = True,
 ) -> "_FiPatchBoundary":
     entry = _FiPatchBoundary(name, fn)
-    entry.method = True
+    entry.method = keyed
     entry.pairs = dict(pairs)
     entry.writes = tuple(writes)
     entry.returns = returns
@@ -919,7 +950,9 @@ def _fi_patch_keyed_wrapper(key: "int", called: "str") -> "Any":
 
 # fi_patch::NAME and NAME_out for a method, and its routing function. The op's parameters are the
 # key (`wrapper`), what the fake reads of the wrapper (`planned`), then the method's own, typed as
-# an entry point's are.
+# an entry point's are. A function whose outputs are given or allocated as a method's are
+# (`_fi_patch_boundary(..., given=True)`: trtllm_batch_decode_with_kv_cache) has the same ops and
+# routing without the key: its own parameters alone.
 def _fi_patch_make_method(
     entry: "_FiPatchBoundary",
     fake_name: "str",
@@ -933,19 +966,26 @@ def _fi_patch_make_method(
     import typing
 
     fake = _fi_patch_boundary_fakes[fake_name]
-    planned = _fi_patch_planned.get(fake_name, ())
+    keyed = entry.method
+    planned = _fi_patch_planned.get(fake_name, ()) if keyed else ()
 
     typed = _fi_patch_parameters(entry, types, out)
     if typed is None:
         return
+    # A function's flag where its text has it (return_lse from 0.6.12): without it, the text
+    # returns its first output alone.
+    if not keyed and flag not in entry.names:
+        flag = ""
     if flag and (flag not in entry.names or entry.returns < 2):
         entry.reason = "it has no flag %s that returns %d outputs" % (flag, entry.returns)
         return
     entry.only = {k: v for k, v in entry.only.items() if k in entry.names}
     entry.pairs = {k: v for k, v in entry.pairs.items() if k in entry.names}
+    # The outputs it takes (a function's lse from 0.6.12), where the text has them.
+    entry.writes = tuple(w for w in entry.writes if w in entry.names)
     given = tuple(w for w in (out, *entry.writes) if w and w in entry.names)
     keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD
-    head = [inspect.Parameter("wrapper", keyword, annotation=int)]
+    head = [inspect.Parameter("wrapper", keyword, annotation=int)] if keyed else []
     head += [inspect.Parameter(n, keyword, annotation=kind) for n, _, kind in planned]
     typed = head + typed
     passed = [p.name for p in typed]
@@ -954,10 +994,13 @@ def _fi_patch_make_method(
     result = typing.List[torch.Tensor]
 
     def outputs(named: "Dict[str, Any]") -> "List[Any]":
-        wrapper = _fi_patch_keyed_wrapper(named["wrapper"], called)
-        for own in ours:
-            named.pop(own)
-        returned = fn(wrapper, **named)
+        if keyed:
+            wrapper = _fi_patch_keyed_wrapper(named["wrapper"], called)
+            for own in ours:
+                named.pop(own)
+            returned = fn(wrapper, **named)
+        else:
+            returned = fn(**named)
         return list(returned) if isinstance(returned, (tuple, list)) else [returned]
 
     def run(*values: "Any") -> "Any":
@@ -983,9 +1026,12 @@ def _fi_patch_make_method(
     entry.allocated = faked
     entry.op_names = tuple(passed)
     for suffix, body, its_fake, mutates in made:
-        # nondeterministic_seeded: no two calls are merged as one. They read the wrapper's state,
-        # which a forward() op between them may change, and nothing else says so.
-        tags = (*_fi_patch_tags(), torch.Tag.nondeterministic_seeded)
+        # A method's ops are nondeterministic_seeded: no two calls are merged as one. They read
+        # the wrapper's state, which a forward() op between them may change, and nothing else
+        # says so.
+        tags = _fi_patch_tags()
+        if keyed:
+            tags = (*tags, torch.Tag.nondeterministic_seeded)
         op = torch.library.custom_op(
             "fi_patch::" + entry.name + suffix, body, mutates_args=mutates, tags=tags
         )
@@ -1018,25 +1064,27 @@ def _fi_patch_method_route(
     called = getattr(entry.fn, "__qualname__", entry.name)
     fn = entry.fn
 
+    keyed = entry.method
+
     # A call the op does not take: the method's own body is traced, as unpatched; for a method
     # that sets the wrapper's state and calls another (forward()), a TypeError that says why,
     # since its stores would land after the graph, and the run() it calls would read the state
-    # they replace.
+    # they replace. A function (not `keyed`) has no self.
     def body(self: "Any", *args: "Any", **kwargs: "Any") -> "Any":
         if entry.refuses:
             _fi_patch_refusing(entry, "a call its op does not take")()
-        return fn(self, *args, **kwargs)
+        return fn(self, *args, **kwargs) if keyed else fn(*args, **kwargs)
 
     op = getattr(torch.ops.fi_patch, entry.name)
     out_op = getattr(torch.ops.fi_patch, entry.name + "_out", None)
     unpatched = _fi_patch_unpatched.get(fake, _fi_patch_never)
     read = [name for name, _, _ in planned]
 
-    def traced(self: "Any", *args: "Any", **kwargs: "Any") -> "Any":
+    def route(self: "Any", args: "Any", kwargs: "Any") -> "Any":
         key = getattr(self, "_fi_patch_key", None)
         # No key of its own: made before fi-patch's routing existed, or a copy (copy.copy,
         # pickle), which carries the key of the wrapper it copies.
-        if key is None or getattr(self, "_fi_patch_owner", None) != id(self):
+        if keyed and (key is None or getattr(self, "_fi_patch_owner", None) != id(self)):
             return body(self, *args, **kwargs)
         if len(args) > positional:
             return body(self, *args, **kwargs)
@@ -1059,7 +1107,7 @@ def _fi_patch_method_route(
                     "fi-patch's op for %s() leaves %s to its default: pass it only outside "
                     "torch.compile" % (called, names[index])
                 )
-        passed: "List[Any]" = [key, *state]
+        passed: "List[Any]" = [key, *state] if keyed else []
         for index, value in enumerate(values):
             if index in enums and value is not None:
                 passed.append(int(value))
@@ -1089,7 +1137,13 @@ def _fi_patch_method_route(
         results = [values[i] for i in asked]
         return tuple(results) if both else results[0]
 
-    entry.traced = traced
+    def traced(self: "Any", *args: "Any", **kwargs: "Any") -> "Any":
+        return route(self, args, kwargs)
+
+    def traced_function(*args: "Any", **kwargs: "Any") -> "Any":
+        return route(None, args, kwargs)
+
+    entry.traced = traced if keyed else traced_function
     entry.ready = True
     _fi_patch_routing(entry)
 
@@ -1660,6 +1714,42 @@ def _fi_patch_fake_batch_ragged(values: "Dict[str, Any]", rule: "str", check: "A
     return q.new_empty(shape, dtype=made), q.new_empty(lse_shape, dtype=torch.float32)
 
 
+# trtllm_batch_decode_with_kv_cache (flashinfer/decode.py), stateless, on the backends whose
+# allocation the function does itself (xqa, trtllm-gen; the backend FlashInfer's own
+# get_compute_capability chooses for "auto", trtllm-gen on SM10x, as the function does): out as
+# it allocates it, torch.empty_like(query) (query's shape and strides) in out_dtype, else the out
+# given's dtype, else query's; lse float32 (query.shape[0], num_qo_heads). On trtllm-gen an
+# out_dtype other than query's, float16 or bfloat16 is refused (ValueError), and an out given is
+# checked by FlashInfer's own check_shape_dtype_device (check), an lse given too (by rule
+# "lse-asked", 0.6.12, only with return_lse, which alone writes it; by rule "lse-given", 0.6.13 on,
+# whenever given). xqa refuses lse (NotImplementedError, 0.6.12 on). Rule "no-lse" (0.6.0 -
+# 0.6.11.post3): no lse at all. The nvfp4 output (an FP4Tensor out, out_dtype "nvfp4") has no
+# schema type and is traced as the function's body; the DCP speculative decode and the cake
+# backend are left to it too (`_fi_patch_unpatched`). The kernel's other checks run in the op.
+def _fi_patch_fake_trtllm_decode(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    query, out, lse = values["query"], values["out"], values.get("lse")
+    backend, asked = values["backend"], bool(values.get("return_lse"))
+    if backend == "auto":
+        major = check.__globals__["get_compute_capability"](query.device)[0]
+        backend = "trtllm-gen" if major == 10 else "xqa"
+    if backend not in ("xqa", "trtllm-gen"):
+        raise KeyError("Backend %s not supported" % backend)
+    if backend == "xqa" and rule != "no-lse" and (asked or lse is not None):
+        raise NotImplementedError("xqa backend does not support return_lse/lse output")
+    dtype = values["out_dtype"]
+    if dtype is None:
+        dtype = out.dtype if out is not None else query.dtype
+    lse_shape = (query.shape[0], query.shape[1])
+    if backend == "trtllm-gen":
+        if dtype not in (query.dtype, torch.float16, torch.bfloat16):
+            raise ValueError("Unsupported out_dtype: %s" % dtype)
+        if out is not None:
+            check(out, query.shape, dtype, query.device, "out")
+        if lse is not None and (asked or rule == "lse-given"):
+            check(lse, lse_shape, torch.float32, query.device, "lse")
+    return torch.empty_like(query, dtype=dtype), query.new_empty(lse_shape, dtype=torch.float32)
+
+
 # The prefill wrappers' lse, as their run() checks it: lse_base and lse_layout by FlashInfer's own
 # check_lse_base and check_lse_layout where the release has them (0.7.1 on, in `namespace`, the
 # module's globals); then its shape, (tokens, heads), or (heads, tokens) for lse_layout "HN".
@@ -1710,6 +1800,14 @@ def _fi_patch_prefill_unfollowed(values: "Dict[str, Any]") -> "bool":
 # fmha_v2, which `auto` chooses on SM100 and SM120, return the out (and lse) run() gives them.
 def _fi_patch_ragged_unfollowed(values: "Dict[str, Any]") -> "bool":
     return values.get("planned_backend") in ("cute-dsl", "cute-dsl-prims", "cutile")
+
+
+# trtllm_batch_decode_with_kv_cache's calls that allocate or return otherwise: the DCP
+# speculative decode (causal_seqlens_kv_global given, 0.7.0 on: a bfloat16 out, an lse it
+# demands), and the cake backend (0.7.1 on, chosen only by name: some of its kernels return out
+# alone whatever return_lse says).
+def _fi_patch_trtllm_decode_unfollowed(values: "Dict[str, Any]") -> "bool":
+    return values.get("backend") == "cake" or values.get("causal_seqlens_kv_global") is not None
 
 
 def _fi_patch_never(values: "Dict[str, Any]") -> "bool":
@@ -1791,6 +1889,7 @@ _fi_patch_boundary_rules = {
     "batch_decode": ("planned",),
     "batch_prefill": ("planned",),
     "batch_ragged": ("q-dtype", "planned-16-bit"),
+    "trtllm_decode": ("no-lse", "lse-asked", "lse-given"),
 }
 
 # What a method's fake reads of its wrapper, by fake: the op's parameter, the wrapper's attribute
@@ -1815,6 +1914,7 @@ _fi_patch_unpatched = {
     "batch_decode": _fi_patch_fp8_out_scaled,
     "batch_prefill": _fi_patch_prefill_unfollowed,
     "batch_ragged": _fi_patch_ragged_unfollowed,
+    "trtllm_decode": _fi_patch_trtllm_decode_unfollowed,
 }
 
 _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
@@ -1839,4 +1939,5 @@ _fi_patch_boundary_fakes: "Dict[str, _FiPatchFake]" = {
     "batch_decode": _fi_patch_fake_batch_decode,
     "batch_prefill": _fi_patch_fake_batch_prefill,
     "batch_ragged": _fi_patch_fake_batch_ragged,
+    "trtllm_decode": _fi_patch_fake_trtllm_decode,
 }

@@ -39,6 +39,11 @@ def forms(torch, f, name):
         return _renorm(torch, f, fn, name)
     if name == "concat_mla_k":
         return _concat_mla_k(torch)
+    if name == "trtllm_batch_decode_with_kv_cache":
+        # Not in flashinfer's namespace: flashinfer.decode's, where SGLang calls it.
+        return _trtllm_decode(
+            torch, lambda *a, **k: f.decode.trtllm_batch_decode_with_kv_cache(*a, **k)
+        )
     if name == "fused_topk_deepseek":
         return _fused_topk_deepseek(torch, f)
     if name in MOE:
@@ -417,6 +422,118 @@ def _single_prefill(torch, fn):
         ("an unknown kv_layout", lambda q, k, v: fn(q, k, v, kv_layout="NDH"), (q, *kv())),
         ("FP8 with a sliding window", lambda q, k, v: fn(q, k, v, window_left=8), (q8, *kv(fp8))),
     ]
+    return calls, refused
+
+
+def _trtllm_decode(torch, fn):
+    """trtllm_batch_decode_with_kv_cache on meta tensors: 4 requests of 32 query heads over 8 KV
+    heads of 128, pages of 16, the cache HND as one tensor (pages, 2, heads, page, dim); "auto"
+    chooses trtllm-gen (the device answered as SM100, HOST), xqa by name. Positionally; by keyword
+    as SGLang's trtllm_mha backend calls it (sinks, out_dtype); a (k, v) pair NHD; tensor scales;
+    out given; xqa; out_dtype float16; a dynamic batch; a max_seq_len read from a dynamic size
+    (a SymInt); from 0.6.12 return_lse, out and lse given, out given with lse asked for, and lse
+    given alone. Refused: an out of another shape and out_dtype float32 on trtllm-gen
+    (ValueError), an unknown backend (KeyError), return_lse on xqa (NotImplementedError, 0.6.12
+    on), and out_dtype "nvfp4" on xqa (no schema type: the function's own body, as unpatched,
+    ValueError)."""
+    import inspect
+
+    import flashinfer.decode
+
+    parameters = inspect.signature(flashinfer.decode.trtllm_batch_decode_with_kv_cache).parameters
+    q = _meta(torch, 4, 32, 128)
+    kv = _meta(torch, 16, 2, 8, 16, 128)
+    nhd = _meta(torch, 16, 16, 8, 128)
+    tables = torch.empty(4, 4, dtype=torch.int32, device="meta")
+    lengths = torch.empty(4, dtype=torch.int32, device="meta")
+    space = torch.empty(1 << 20, dtype=torch.uint8, device="meta")
+    sinks = torch.empty(32, dtype=torch.float32, device="meta")
+    scale = torch.empty(1, dtype=torch.float32, device="meta")
+    out = _meta(torch, 4, 32, 128)
+    lse = torch.empty(4, 32, dtype=torch.float32, device="meta")
+    paged = (q, kv, space, tables, lengths)
+
+    def sglang(q, kv, space, tables, lengths, sinks):
+        return fn(
+            query=q,
+            kv_cache=kv,
+            workspace_buffer=space,
+            block_tables=tables,
+            seq_lens=lengths,
+            max_seq_len=64,
+            bmm1_scale=0.088,
+            bmm2_scale=1.0,
+            window_left=-1,
+            sinks=sinks,
+            out_dtype=torch.bfloat16,
+        )
+
+    calls = [
+        ("positionally", lambda *a: fn(*a, 64, 0.088, 1.0), paged, None),
+        ("by keyword as SGLang calls it", sglang, (*paged, sinks), None),
+        (
+            "a (k, v) pair, NHD",
+            lambda q, k, v, *a: fn(q, (k, v), *a, 64, 0.088, kv_layout="NHD"),
+            (q, nhd, nhd, space, tables, lengths),
+            None,
+        ),
+        (
+            "tensor scales",
+            lambda *a: fn(*a[:5], 64, bmm1_scale=a[5], bmm2_scale=a[6]),
+            (*paged, scale, scale),
+            None,
+        ),
+        ("out given", lambda *a: fn(*a[:5], 64, 0.088, out=a[5]), (*paged, out), None),
+        ("xqa", lambda *a: fn(*a, 64, 0.088, backend="xqa"), paged, None),
+        ("out_dtype float16", lambda *a: fn(*a, 64, out_dtype=torch.float16), paged, None),
+        ("a dynamic batch", lambda *a: fn(*a, 64, 0.088) * 2, paged, 0),
+        (
+            "a max_seq_len read from a dynamic size",
+            lambda kv, q, *a: fn(q, kv, *a, kv.shape[0] * 16, 0.088),
+            (kv, q, space, tables, lengths),
+            0,
+        ),
+    ]
+    refused = [
+        (
+            "an out of another shape",
+            lambda *a: fn(*a[:5], 64, out=a[5]),
+            (*paged, _meta(torch, 4, 32, 64)),
+        ),
+        ("out_dtype float32", lambda *a: fn(*a, 64, out_dtype=torch.float32), paged),
+        ("an unknown backend", lambda *a: fn(*a, 64, backend="tensorrt"), paged),
+        (
+            'out_dtype "nvfp4" on xqa',
+            lambda *a: fn(*a, 64, out_dtype="nvfp4", backend="xqa"),
+            paged,
+        ),
+    ]
+    if "return_lse" not in parameters:
+        return calls, refused
+    calls += [
+        ("return_lse", lambda *a: fn(*a, 64, 0.088, return_lse=True), paged, None),
+        (
+            "out and lse given, return_lse",
+            lambda *a: fn(*a[:5], 64, out=a[5], lse=a[6], return_lse=True),
+            (*paged, out, lse),
+            None,
+        ),
+        (
+            "out given, lse asked for",
+            lambda *a: fn(*a[:5], 64, out=a[5], return_lse=True),
+            (*paged, out),
+            None,
+        ),
+        (
+            "lse given with return_lse, out allocated",
+            lambda *a: fn(*a[:5], 64, lse=a[5], return_lse=True),
+            (*paged, lse),
+            None,
+        ),
+    ]
+    refused.append(
+        ("return_lse on xqa", lambda *a: fn(*a, 64, backend="xqa", return_lse=True), paged)
+    )
     return calls, refused
 
 
@@ -1420,6 +1537,11 @@ def stand_ins(torch, name):
             "determine_attention_backend": lambda *args, **kwargs: "fa2",
             "get_single_prefill_module": Curried,
         }
+    if name == "trtllm_batch_decode_with_kv_cache":
+        # "auto" asks the device's capability (SM100: trtllm-gen), trtllm-gen and xqa its SM
+        # count; xqa's kernel (flashinfer.xqa.xqa, which xqa_batch_decode_with_kv_cache calls)
+        # does nothing, as the trtllm-gen module's kernels do.
+        return {**HOST[name], "get_device_sm_count": lambda device: 132, "xqa": Stub()}
     if name not in ("mm_fp4", "bmm_fp8", "mm_fp8"):
         return {}
 
@@ -1439,6 +1561,12 @@ def stand_ins(torch, name):
 
 BUILT = object()
 RUNNERS = object()
+
+# Names of flashinfer.utils answered as a GPU host answers for the whole proof, the trace
+# included, by entry point: where the op's fake asks the device (trtllm_batch_decode_with_kv_cache's
+# "auto" backend, from FlashInfer's own get_compute_capability), as it answers on a GPU host, where
+# Dynamo's fake tensors are on the device.
+HOST = {"trtllm_batch_decode_with_kv_cache": {"get_compute_capability": lambda device: (10, 0)}}
 
 
 def _trtllm_moe_module():
@@ -1550,6 +1678,13 @@ def prove(ctx):
         ctx.problem("the proof has no calls of %s" % name)
         return
     entry = _entry(ctx, name)
+    with _host(HOST.get(name, {})):
+        _proved(ctx, torch, name, entry, standing, calls, refused)
+
+
+def _proved(ctx, torch, name, entry, standing, calls, refused):
+    """The call forms traced, run eagerly and through the op and its fake; the refused inputs
+    raised alike; the op's written parameters declared."""
     traced = [
         what
         for what, fn, arguments, dynamic in calls
@@ -1584,13 +1719,37 @@ def prove(ctx):
     )
 
 
+class _host(object):
+    """flashinfer.utils's names in `answers` answered so while the block runs."""
+
+    def __init__(self, answers):
+        self.answers, self.saved = answers, {}
+
+    def __enter__(self):
+        import flashinfer.utils as utils
+
+        self.saved = {k: getattr(utils, k) for k in self.answers if hasattr(utils, k)}
+        for key, value in self.answers.items():
+            setattr(utils, key, value)
+
+    def __exit__(self, *exc):
+        import flashinfer.utils as utils
+
+        for key in self.answers:
+            if key in self.saved:
+                setattr(utils, key, self.saved[key])
+            else:
+                delattr(utils, key)
+
+
 def _unwritten(torch, entry):
     """The parameters the entry point writes that its op's schema (NAME_writes's, where the op
     returns its output and the parameters are optional) does not mark written: Inductor would
     take them as read only."""
     op = getattr(torch.ops.fi_patch, entry.name + "_writes", None)
-    if getattr(entry, "method", False):
-        # A method's written parameters (out, lse) are its out op's.
+    if getattr(entry, "method", False) or getattr(entry, "allocated", None) is not None:
+        # A method's written parameters (out, lse) are its out op's, and so are those of a
+        # function whose outputs are given as a method's are.
         op = getattr(torch.ops.fi_patch, entry.name + "_out", None)
     op = op if op is not None else getattr(torch.ops.fi_patch, entry.name)
     schema = op.default._schema
