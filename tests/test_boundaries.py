@@ -172,6 +172,12 @@ TRTLLM_DECODE_FORMS = (
 TRTLLM_DECODE_REFUSED = (
     'an out of another shape, out_dtype float32, an unknown backend, out_dtype "nvfp4" on xqa'
 )
+# return_lse and lse from 0.6.12 (the DCP speculative decode from 0.7.0: PROVEN).
+TRTLLM_DECODE_LSE_FORMS = (
+    TRTLLM_DECODE_FORMS + ", return_lse, out and lse given, return_lse, out given, lse asked for, "
+    "lse given with return_lse, out allocated, lse given without return_lse, out allocated"
+)
+TRTLLM_DECODE_LSE_REFUSED = TRTLLM_DECODE_REFUSED + ", return_lse on xqa, an lse of another shape"
 CUTLASS_REFUSED = "an output of too few rows, the min-latency mode, profile_ids of one tactic"
 PROVEN = {
     # cutlass_fused_moe (0.6.8 on); workspace_buffer and profile_ids from 0.6.16, ClampedRelu2's
@@ -216,9 +222,8 @@ PROVEN = {
     ),
     # "auto" answered as SM100 (trtllm-gen); lse from 0.6.12 (BEFORE).
     "trtllm_batch_decode_with_kv_cache": (
-        TRTLLM_DECODE_FORMS + ", return_lse, out and lse given, return_lse, out given, lse asked "
-        "for, lse given with return_lse, out allocated",
-        TRTLLM_DECODE_REFUSED + ", return_lse on xqa",
+        TRTLLM_DECODE_LSE_FORMS,
+        TRTLLM_DECODE_LSE_REFUSED + ", the DCP speculative decode without an lse",
     ),
     # top_p_renorm_probs gives float32 whatever the input, and reads probs' second dimension
     # first; the top-k pair keeps the input's dtype and refuses float64.
@@ -386,6 +391,7 @@ BEFORE["cutlass_fused_moe"] = (
 )
 BEFORE["trtllm_batch_decode_with_kv_cache"] = (
     ("0.6.12", TRTLLM_DECODE_FORMS, TRTLLM_DECODE_REFUSED),
+    ("0.7.0", TRTLLM_DECODE_LSE_FORMS, TRTLLM_DECODE_LSE_REFUSED),
 )
 BEFORE["trtllm_bf16_routed_moe"] = (
     ("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),

@@ -99,7 +99,10 @@ class Boundary:
     """FlashInfer's own check of the problem, a function of the entry point's module, which the
     fake runs first; none where empty."""
     types: tuple[tuple[str, str], ...] = ()
-    """The op's type (`Tensor`, `int`, ...) of each parameter FlashInfer left unannotated."""
+    """The op's type (`Tensor`, `int`, `dtype`, `pair`, ...) of each parameter FlashInfer left
+    unannotated, or annotated with a type no op schema holds (trtllm_batch_decode_with_kv_cache's
+    `out`, a tensor or an FP4Tensor): a traced call that passes another kind traces the
+    function's body."""
     returns_when: str = ""
     """The flag parameter without which the function returns its first output alone
     (`return_valid`); the op always returns all `returns`. None where empty."""

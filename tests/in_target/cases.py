@@ -979,10 +979,11 @@ def _trtllm_decode(f):
     16 out of order, the cache HND. As SGLang's trtllm_mha backend calls it (by keyword, sinks,
     out_dtype), a (k, v) pair NHD with tensor scales, into out, twice with two scales in one model,
     over a batch and a max_seq_len that grow (one compile for both), and from 0.6.12 with
-    return_lse, and out given with lse asked for. None before 0.6.0 (no op there)."""
+    return_lse, out given with lse asked for, and lse given without return_lse. None before
+    0.6.0 (no op there)."""
     decode = getattr(f, "decode", None)
     fn = getattr(decode, "trtllm_batch_decode_with_kv_cache", None)
-    if fn is None or not _has(fn, "mask"):
+    if fn is None or not _has(fn, "max_q_len"):
         return {}
     order = [11, 2, 7, 0, 14, 5, 9, 3, 12, 6, 1, 15, 8, 4, 13, 10]
 
@@ -1056,6 +1057,13 @@ def _trtllm_decode(f):
         found["trtllm_batch_decode_with_kv_cache, out given and lse asked for"] = Case(
             lambda q, kv, t, n, o: fn(q, kv, space, t, n, 64, 0.09, out=o, return_lse=True),
             lambda: [*inputs(), torch.zeros(4, 32, 128, dtype=torch.bfloat16)],
+            written,
+            written=(4,),
+        )
+        # 0.6.12 leaves the lse as it was, 0.6.13 on writes it: compiled as eager either way.
+        found["trtllm_batch_decode_with_kv_cache, lse given without return_lse"] = Case(
+            lambda q, kv, t, n, s: fn(q, kv, space, t, n, 64, 0.09, lse=s) * 2,
+            lambda: [*inputs(), torch.zeros(4, 32)],
             written,
             written=(4,),
         )

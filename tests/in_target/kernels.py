@@ -786,7 +786,9 @@ def _batch_ragged(fws, iws, plan_info, q, k, v, qo, kv, o, lse, *rest):
 
 def _trtllm_decode(out, out_sf, q, k, v, workspace, *rest):
     """trtllm_batch_decode_with_kv_cache's trtllm-gen kernel (0.6 to 0.7.4; the function gives
-    it the cache HND, transposing an NHD one): request b's query, one token, over its first
+    it the cache HND, transposing an NHD one), plain (no FP4 output, one query token a request,
+    no sliding window, no KV block scales, skip-softmax or sparse top-k, one page table for k and
+    v): request b's query, one token, over its first
     seq_lens[b] keys in the pages block_tables[b] lists, the scores scaled by bmm1_scale (a
     tensor arrives multiplied by log2(e)), the output by bmm2_scale, an attention sink (one per
     head) a logit of its own in each head's softmax; its lse where asked, in base 2. What comes
@@ -799,9 +801,12 @@ def _trtllm_decode(out, out_sf, q, k, v, workspace, *rest):
         rest = rest[1:]
     tables, lengths, max_q_len, _, bmm1, bmm2 = rest[:6]
     window_left, sinks, cum = rest[10], rest[15], rest[16]
-    plain = out_sf is None and max_q_len == 1 and cum is None
+    plain = out_sf is None and max_q_len == 1 and cum is None and rest[11] == 0
+    if len(rest) == 18:
+        plain = plain and rest[17] is None
     if len(rest) >= 21:
-        plain = plain and rest[17] is None and rest[18] is None and rest[20] is True
+        plain = plain and rest[17] is None and rest[18] is None and rest[19] is None
+        plain = plain and rest[20] is True
     if not plain or window_left != -1:
         raise NotImplementedError("the CPU trtllm-gen decode is plain one-token paged attention")
     lse = rest[21] if len(rest) > 21 else None

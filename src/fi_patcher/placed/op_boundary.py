@@ -1098,9 +1098,10 @@ def _fi_patch_method_route(
             return body(self, *args, **kwargs)
         state = [getattr(self, a, None) for a in attributes]
         # A call the fake does not follow: the method itself is traced, forward() too (its
-        # stores and the run() it calls are traced together then, as unpatched).
+        # stores and the run() it calls are traced together then, as unpatched); a function's
+        # own body.
         if unpatched({**dict(zip(names, values)), **dict(zip(read, state))}):
-            return fn(self, *args, **kwargs)
+            return fn(self, *args, **kwargs) if keyed else fn(*args, **kwargs)
         for index in kept:
             if values[index] is not defaults[index]:
                 raise TypeError(
@@ -1725,7 +1726,8 @@ def _fi_patch_fake_batch_ragged(values: "Dict[str, Any]", rule: "str", check: "A
 # whenever given). xqa refuses lse (NotImplementedError, 0.6.12 on). Rule "no-lse" (0.6.0 -
 # 0.6.11.post3): no lse at all. The nvfp4 output (an FP4Tensor out, out_dtype "nvfp4") has no
 # schema type and is traced as the function's body; the DCP speculative decode and the cake
-# backend are left to it too (`_fi_patch_unpatched`). The kernel's other checks run in the op.
+# backend are left to it too (`_fi_patch_unpatched`). The function's other checks run in the op:
+# a call refused for two reasons may be refused for the other one first there.
 def _fi_patch_fake_trtllm_decode(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
     query, out, lse = values["query"], values["out"], values.get("lse")
     backend, asked = values["backend"], bool(values.get("return_lse"))
@@ -1804,8 +1806,8 @@ def _fi_patch_ragged_unfollowed(values: "Dict[str, Any]") -> "bool":
 
 # trtllm_batch_decode_with_kv_cache's calls that allocate or return otherwise: the DCP
 # speculative decode (causal_seqlens_kv_global given, 0.7.0 on: a bfloat16 out, an lse it
-# demands), and the cake backend (0.7.1 on, chosen only by name: some of its kernels return out
-# alone whatever return_lse says).
+# demands), and the cake backend (0.7.1 on, chosen only by name: 0.7.4's aligned cake kernels
+# return out alone whatever return_lse says).
 def _fi_patch_trtllm_decode_unfollowed(values: "Dict[str, Any]") -> "bool":
     return values.get("backend") == "cake" or values.get("causal_seqlens_kv_global") is not None
 

@@ -432,10 +432,11 @@ def _trtllm_decode(torch, fn):
     as SGLang's trtllm_mha backend calls it (sinks, out_dtype); a (k, v) pair NHD; tensor scales;
     out given; xqa; out_dtype float16; a dynamic batch; a max_seq_len read from a dynamic size
     (a SymInt); from 0.6.12 return_lse, out and lse given, out given with lse asked for, and lse
-    given alone. Refused: an out of another shape and out_dtype float32 on trtllm-gen
-    (ValueError), an unknown backend (KeyError), return_lse on xqa (NotImplementedError, 0.6.12
-    on), and out_dtype "nvfp4" on xqa (no schema type: the function's own body, as unpatched,
-    ValueError)."""
+    given alone, with and without return_lse. Refused: an out of another shape and out_dtype
+    float32 on trtllm-gen (ValueError), an unknown backend (KeyError), out_dtype "nvfp4" on xqa
+    (no schema type: the function's own body, as unpatched, ValueError); from 0.6.12 return_lse on
+    xqa (NotImplementedError) and an lse of another shape (ValueError); from 0.7.0 the DCP
+    speculative decode without an lse (left to the function's own body: ValueError)."""
     import inspect
 
     import flashinfer.decode
@@ -530,10 +531,31 @@ def _trtllm_decode(torch, fn):
             (*paged, lse),
             None,
         ),
+        # 0.6.12 leaves it unwritten, 0.6.13 on writes it: the out op either way.
+        (
+            "lse given without return_lse, out allocated",
+            lambda *a: fn(*a[:5], 64, lse=a[5]),
+            (*paged, lse),
+            None,
+        ),
     ]
-    refused.append(
-        ("return_lse on xqa", lambda *a: fn(*a, 64, backend="xqa", return_lse=True), paged)
-    )
+    refused += [
+        ("return_lse on xqa", lambda *a: fn(*a, 64, backend="xqa", return_lse=True), paged),
+        (
+            "an lse of another shape",
+            lambda *a: fn(*a[:5], 64, lse=a[5], return_lse=True),
+            (*paged, lse[:, :8]),
+        ),
+    ]
+    if "causal_seqlens_kv_global" in parameters:
+        # The function's own body (0.7.0 on), which refuses it before any kernel.
+        refused.append(
+            (
+                "the DCP speculative decode without an lse",
+                lambda *a: fn(*a, 64, causal_seqlens_kv_global=a[4]),
+                paged,
+            )
+        )
     return calls, refused
 
 
