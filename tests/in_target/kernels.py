@@ -654,10 +654,11 @@ def _nhd(kv, layout):
     return kv if layout == 0 else kv.transpose(0, 1)
 
 
-def _attention(q, k, v, causal, sm_scale):
+def _attention(q, k, v, causal, sm_scale, sinks=None):
     """Attention of q (qo_len, heads, dim) over k and v (kv_len, kv_heads, dim), the query heads
     grouped over the KV heads, in float32: out (qo_len, heads, v's dim) and its log-sum-exp in
-    base 2 (qo_len, heads). Causal aligns the last query with the last key."""
+    base 2 (qo_len, heads). Causal aligns the last query with the last key. An attention sink
+    (`sinks`, one per head) is a logit of its own in each head's softmax, with no value."""
     group = q.shape[1] // k.shape[1]
     k = k.float().repeat_interleave(group, dim=1)
     v = v.float().repeat_interleave(group, dim=1)
@@ -666,8 +667,12 @@ def _attention(q, k, v, causal, sm_scale):
         rows, columns = scores.shape[-2:]
         later = torch.ones(rows, columns, dtype=torch.bool).triu(columns - rows + 1)
         scores = scores.masked_fill(later, float("-inf"))
+    keys = scores.shape[-1]
+    if sinks is not None:
+        sunk = sinks.float()[:, None, None].expand(-1, scores.shape[1], 1)
+        scores = torch.cat([scores, sunk], dim=-1)
     lse = torch.logsumexp(scores, dim=-1) / math.log(2)
-    out = torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1), v)
+    out = torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1)[..., :keys], v)
     return out, lse.transpose(0, 1)
 
 
@@ -815,17 +820,11 @@ def _trtllm_decode(out, out_sf, q, k, v, workspace, *rest):
     for b in range(q.shape[0]):
         length = int(lengths[b])
         pages = tables[b, : (length + page_size - 1) // page_size].long()
-        keys = _paged(k, pages, 1)[:length].float()
-        values = _paged(v, pages, 1)[:length].float()
-        group = q.shape[1] // keys.shape[1]
-        keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
-        scores = torch.einsum("hd,khd->hk", q[b].float(), keys) * scale
-        if sinks is not None:
-            scores = torch.cat([scores, sinks.float()[:, None]], dim=1)
-        weights = scores.softmax(dim=-1)[:, :length]
-        out[b].copy_((torch.einsum("hk,khd->hd", weights, values) * float(bmm2)).to(out.dtype))
+        keys, values = _paged(k, pages, 1)[:length], _paged(v, pages, 1)[:length]
+        held, logsumexp = _attention(q[b : b + 1], keys, values, False, scale, sinks)
+        out[b].copy_((held[0] * float(bmm2)).to(out.dtype))
         if lse is not None:
-            lse[b].copy_(torch.logsumexp(scores, dim=-1) / math.log(2))
+            lse[b].copy_(logsumexp[0])
 
 
 _BATCH_PREFILL = {"plan": _batch_plan, "paged_run": _batch_prefill, "ragged_run": _batch_ragged}
