@@ -141,7 +141,8 @@ class Boundary:
     """The function's outputs are its parameters, given or not (trtllm_batch_decode_with_kv_cache's
     `out` and `lse`), as a method's are: the flag (`returns_when`, where the text has it) is passed
     on as given, the op returns a list, and a call that gives one output calls OP_out, which
-    writes them all, the others allocated in the graph as the fake gives them. No key."""
+    writes them all, those it asks for and does not give allocated in the graph first, as the
+    fake gives them. No key."""
 
     UNCAPTURABLE = ("none", "true")
 

@@ -1070,10 +1070,13 @@ def _fi_patch_method_route(
     # that sets the wrapper's state and calls another (forward()), a TypeError that says why,
     # since its stores would land after the graph, and the run() it calls would read the state
     # they replace. A function (not `keyed`) has no self.
+    def own(self: "Any", args: "Any", kwargs: "Any") -> "Any":
+        return fn(self, *args, **kwargs) if keyed else fn(*args, **kwargs)
+
     def body(self: "Any", *args: "Any", **kwargs: "Any") -> "Any":
         if entry.refuses:
             _fi_patch_refusing(entry, "a call its op does not take")()
-        return fn(self, *args, **kwargs) if keyed else fn(*args, **kwargs)
+        return own(self, args, kwargs)
 
     op = getattr(torch.ops.fi_patch, entry.name)
     out_op = getattr(torch.ops.fi_patch, entry.name + "_out", None)
@@ -1101,7 +1104,7 @@ def _fi_patch_method_route(
         # stores and the run() it calls are traced together then, as unpatched); a function's
         # own body.
         if unpatched({**dict(zip(names, values)), **dict(zip(read, state))}):
-            return fn(self, *args, **kwargs) if keyed else fn(*args, **kwargs)
+            return own(self, args, kwargs)
         for index in kept:
             if values[index] is not defaults[index]:
                 raise TypeError(
