@@ -145,10 +145,10 @@ MOE_FORMS = (
     "writes: routing_replay_out"
 )
 MOE_REFUSED = "an int32 routing_replay_out, an output of too few rows"
-MOE_NO_OUTPUT = (
-    "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
-    "writes: routing_replay_out"
-)
+MOE_PLAIN = "by keyword, positional, FlashInfer's defaults, a dynamic token count"
+"""The trtllm MoE without an output or routing_replay_out (BF16, FP8 before 0.6.8)."""
+MOE_NO_OUTPUT = MOE_PLAIN + ", writes: routing_replay_out"
+NOTHING_REFUSED = "it refuses no input before its kernel"
 ROUTED_FORMS = (
     "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
     "a (topk_ids, topk_weights) pair, out: output=, as SGLang calls it, out: output=, "
@@ -270,8 +270,9 @@ PROVEN = {
         "positional, by keyword, routing_replay_out, a dynamic token count",
         "topk 9",
     ),
-    # The fused MoE, finalized: output= from 0.6.14 for BF16 (BEFORE), from 0.6.8 for FP4; FP4
-    # also with bfloat16 activations, and valid_hidden_size from 0.7.0 (BEFORE).
+    # The fused MoE, finalized: output= from 0.6.14 for BF16 (BEFORE), from 0.6.0 for FP4;
+    # routing_replay_out from 0.6.8; FP4 also with bfloat16 activations, and valid_hidden_size
+    # from 0.7.0 (BEFORE).
     "trtllm_bf16_moe": (MOE_FORMS, MOE_REFUSED),
     "trtllm_fp4_block_scale_moe": (
         MOE_FORMS + ", bfloat16 activations, valid_hidden_size",
@@ -353,13 +354,23 @@ BEFORE = {
         ),
     ),
     "fused_topk_deepseek": (("0.6.8", "positional, by keyword, a dynamic token count", "topk 9"),),
-    "trtllm_bf16_moe": (("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),),
-    "trtllm_fp4_block_scale_moe": (("0.7.0", MOE_FORMS + ", bfloat16 activations", MOE_REFUSED),),
+    "trtllm_bf16_moe": (
+        ("0.6.8", MOE_PLAIN, NOTHING_REFUSED),
+        ("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),
+    ),
+    "trtllm_fp4_block_scale_moe": (
+        ("0.6.8", ROUTED_UNPAIRED + ", bfloat16 activations", "an output of too few rows"),
+        ("0.7.0", MOE_FORMS + ", bfloat16 activations", MOE_REFUSED),
+    ),
     "trtllm_fp8_block_scale_moe": (
+        ("0.6.8", MOE_PLAIN, NOTHING_REFUSED),
         ("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),
         ("0.7.0", MOE_FORMS, MOE_REFUSED),
     ),
-    "trtllm_fp8_per_tensor_scale_moe": (("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),),
+    "trtllm_fp8_per_tensor_scale_moe": (
+        ("0.6.8", MOE_PLAIN, NOTHING_REFUSED),
+        ("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),
+    ),
     "trtllm_fp8_per_channel_scale_moe": (
         (
             "0.7.1",
@@ -369,6 +380,7 @@ BEFORE = {
         ),
     ),
     "trtllm_mxint4_block_scale_moe": (
+        ("0.6.8", ROUTED_UNPAIRED + ", out: an output of too few rows, unchecked", NOTHING_REFUSED),
         (
             "0.7.0",
             MOE_FORMS + ", out: an output of too few rows, unchecked",
@@ -394,6 +406,7 @@ BEFORE["trtllm_batch_decode_with_kv_cache"] = (
     ("0.7.0", TRTLLM_DECODE_LSE_FORMS, TRTLLM_DECODE_LSE_REFUSED),
 )
 BEFORE["trtllm_bf16_routed_moe"] = (
+    ("0.6.8", MOE_PLAIN, NOTHING_REFUSED),
     ("0.6.14", MOE_NO_OUTPUT, "an int32 routing_replay_out"),
     ("0.6.18", MOE_FORMS, MOE_REFUSED),
 )
@@ -626,6 +639,18 @@ def bf16_routed(ids, h, w1, w2, **more):
         ids, h, w1, w2, 8, 2, None, None, 128, 0, 8, **more
     )
 routed_ready = getattr(utils._fi_patch_boundaries.get("trtllm_bf16_routed_moe"), "ready", False)
+# A check the patch names that the entry point's module lacks: a text that does not call it
+# checks nothing (the trtllm MoE before 0.6.8), one that calls it is left as it is.
+def unchecked_text(x: torch.Tensor) -> torch.Tensor:
+    return x
+def missing_check(x: torch.Tensor) -> torch.Tensor:
+    return _fi_patch_no_such_check(x)
+checks = []
+for fn in (unchecked_text, missing_check):
+    utils._fi_patch_boundary(fn, "test_" + fn.__name__, fake="trtllm_moe", rule="exact",
+                             check="_fi_patch_no_such_check")
+    made = utils._fi_patch_boundaries.pop("test_" + fn.__name__)
+    checks.append([made.ready, made.reason])
 def returned_and_written(name):
     schema = getattr(torch.ops.fi_patch, name).default._schema
     written = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
@@ -700,6 +725,7 @@ print(json.dumps({
     ),
     "dynamo imported": dynamo,
     "skip_check": [skipped, refusal(skip_check, *routed)],
+    "checks": checks,
 }))
 """
 
@@ -721,15 +747,19 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     written += (DECODE, PREFILL)
     originals = {f: released_text(release(version), f) for f in written}
     named = [x for p in (DECLARED, *BOUNDARIES) for x in ("--patch", p)]
-    # The fused MoE's ops (cutlass_fused_moe's too) begin at 0.6.8 (before, their older texts are
-    # not applicable), FP8 with per-channel scales at 0.7.0, the routed FP8 per tensor and
+    # The fused MoE's ops (cutlass_fused_moe's too) begin at 0.6.0 (before, their older texts are
+    # not applicable), MXINT4 at 0.6.5, the routed BF16 where it arrives (0.6.5), the routed FP8
+    # block scales at 0.6.8, FP8 with per-channel scales at 0.7.0, the routed FP8 per tensor and
     # MXINT4 where they arrive.
-    since = dict.fromkeys(MOE, "0.6.8") | {
+    since = dict.fromkeys(MOE, "0.6.0") | {
+        TRTLLM_MXINT4: "0.6.5",
+        TRTLLM_BF16_ROUTED: "0.6.5",
+        TRTLLM_FP8_BLOCK_ROUTED: "0.6.8",
         TRTLLM_FP8_CHANNEL: "0.7.0",
         TRTLLM_FP8_CHANNEL_ROUTED: "0.7.0",
         TRTLLM_FP8_TENSOR_ROUTED: "0.6.17",
         TRTLLM_MXINT4_ROUTED: "0.6.13",
-        CUTLASS_MOE: "0.6.8",
+        CUTLASS_MOE: "0.6.0",
         BATCH_DECODE: "0.6.0",
         BATCH_PREFILL: "0.6.0",
         BATCH_RAGGED: "0.6.0",
@@ -851,39 +881,38 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
         + (", str backend" if version in ("0.7.0", "0.7.4") else "")
         + ") -> ()"
     )
-    # The fused MoE's ops (0.6.8 on): the functional op writes nothing, its _writes twin the
-    # optional buffers it is given, the out= op output too; each returns what the call returns.
-    # The op carries do_finalize true only: an unfinalized call traces the function's own body,
-    # as unpatched, and a fullgraph trace stops in it (the kernel module's getter).
-    # The routed MoE (0.6.8 on): from 0.6.18 topk_ids is two tensors of the op, a packed
+    # The fused MoE's ops: the functional op writes nothing, its _writes twin the optional
+    # buffers it is given (routing_replay_out from 0.6.8), the out= op output too; each returns
+    # what the call returns. The op carries do_finalize true only: an unfinalized call traces
+    # the function's own body, as unpatched, and a fullgraph trace stops in it (the kernel
+    # module's getter). The routed MoE: from 0.6.18 topk_ids is two tensors of the op, a packed
     # tensor's second None; a LoRA delta (0.6.13 on), which returns more outputs, traces the
     # function's own body.
+    schema, packed, paired, lora = seen["routed"]  # type: ignore[misc]
+    pair = Version(version) >= Version("0.6.18")
+    assert schema == (
+        "fi_patch::trtllm_bf16_routed_moe(Tensor topk_ids, "
+        + ("Tensor? topk_ids_pair, " if pair else "")
+        + "Tensor hidden_states"
+    )
+    assert packed == ["fi_patch.trtllm_bf16_routed_moe"]
+    if pair:
+        assert paired == ["fi_patch.trtllm_bf16_routed_moe"]
+        assert lora[0] in ("Unsupported", "InternalTorchDynamoError"), lora
+    assert seen["finalized"] == ["fi_patch.trtllm_bf16_moe"]
+    assert len(seen["unfinalized"]) == 2, seen["unfinalized"]
+    assert seen["unfinalized"][0] in ("Unsupported", "InternalTorchDynamoError")
     if version == "0.6.7.post2":
-        assert seen["routed"] is False
+        assert seen["moe schemas"] == ["Tensor ", "() output"]
     else:
-        schema, packed, paired, lora = seen["routed"]  # type: ignore[misc]
-        pair = Version(version) >= Version("0.6.18")
-        assert schema == (
-            "fi_patch::trtllm_bf16_routed_moe(Tensor topk_ids, "
-            + ("Tensor? topk_ids_pair, " if pair else "")
-            + "Tensor hidden_states"
-        )
-        assert packed == ["fi_patch.trtllm_bf16_routed_moe"]
-        if pair:
-            assert paired == ["fi_patch.trtllm_bf16_routed_moe"]
-            assert lora[0] in ("Unsupported", "InternalTorchDynamoError"), lora
-    if version != "0.6.7.post2":
-        assert seen["finalized"] == ["fi_patch.trtllm_bf16_moe"]
-        assert len(seen["unfinalized"]) == 2, seen["unfinalized"]
-        assert seen["unfinalized"][0] in ("Unsupported", "InternalTorchDynamoError")
         buffers = "routing_replay_out" + (" workspace_buffer" if version == "0.7.4" else "")
         assert seen["moe schemas"] == [
             "Tensor ",
             f"Tensor {buffers}",
             f"() output {buffers}",
         ]
-    # cutlass_fused_moe (0.6.8 on) returns its output and three unwritten buffers: the out op
-    # writes output (and workspace_buffer, 0.6.16 on) and returns the three.
+    # cutlass_fused_moe returns its output and three unwritten buffers: the out op writes output
+    # (and workspace_buffer, 0.6.16 on) and returns the three.
     four, three = "(Tensor, Tensor, Tensor, Tensor)", "(Tensor, Tensor, Tensor)"
     if Version(version) >= Version("0.6.16"):
         assert seen["cutlass schemas"] == [
@@ -891,10 +920,8 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
             f"{four} workspace_buffer",
             f"{three} output workspace_buffer",
         ]
-    elif Version(version) >= Version("0.6.8"):
-        assert seen["cutlass schemas"] == [f"{four} ", f"{three} output"]
     else:
-        assert seen["cutlass schemas"] == []
+        assert seen["cutlass schemas"] == [f"{four} ", f"{three} output"]
     # FlashInfer's other name for the function is the routing function too.
     assert seen["renormed"] == ["fi_patch.top_k_renorm_probs"]
     getitem = "<built-in function getitem>"
@@ -915,6 +942,11 @@ def test_check_apply_check_revert(runner: CliRunner, tmp_path: Path, version: st
     assert seen["skip_check"] == [
         ["returns", None],
         "\"fused_topk_deepseek() got an unexpected keyword argument 'skip_check'\")",
+    ]
+
+    assert seen["checks"] == [
+        [True, ""],
+        [False, "its module has no function _fi_patch_no_such_check"],
     ]
 
     reverted = fi_patch(runner, "revert", "--venv", venv)

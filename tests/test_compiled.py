@@ -32,7 +32,15 @@ from fi_patcher.errors import ExitCode
 from fi_patcher.registry import load_patches
 from tests.support.cli import fi_patch
 from tests.support.deps import CPU_TORCH, CUDA_TORCH, OLDEST_TORCH, shared, use
-from tests.support.releases import CACHE, CUDA, release
+from tests.support.releases import (
+    CACHE,
+    CUDA,
+    CUTLASS_MOE,
+    DECLARED,
+    MOE,
+    TOPK_DEEPSEEK,
+    release,
+)
 from tests.support.tiers import SLOW
 from tests.support.tool import ROOT
 from tests.support.toolkits import toolkit
@@ -174,6 +182,45 @@ def test_compiled_equals_eager(
     venv = applied(version, torch_version)
     found = compiled(venv, family, version, torch_version, **ENV.get(family, {}))
     assert all(set(backends) == {"aot_eager", "inductor"} for backends in found.values())
+    assert unequal(found) == {}
+    assert unchecked(found) == {}
+
+
+# The fused MoE's texts before 0.6.8, each with cases of its own: 0.6.0 (no do_finalize: BF16's and
+# FP8's kernels allocate the output they return, and the function returns it; FP4's activation
+# is gated_act_type) and 0.6.5 (do_finalize; MXINT4 and the routed BF16 arrive).
+EARLY_EXPERTS = {
+    "0.6.0": {
+        "trtllm_bf16_moe positionally, a dynamic token count",
+        "trtllm_fp4_block_scale_moe as SGLang calls it, a dynamic token count",
+        "trtllm_fp8_block_scale_moe by keyword",
+        "trtllm_fp8_per_tensor_scale_moe by keyword",
+        "trtllm_fp4_block_scale_routed_moe into an output",
+        "cutlass_fused_moe as SGLang calls it, a dynamic token count",
+    },
+    "0.6.5": {
+        "trtllm_bf16_moe positionally, a dynamic token count",
+        "trtllm_mxint4_block_scale_moe by keyword",
+        "trtllm_bf16_routed_moe by keyword, topk_ids packed",
+        "trtllm_fp8_block_scale_moe by keyword",
+    },
+}
+
+
+@pytest.mark.parametrize("version", [pytest.param(v, marks=SLOW) for v in EARLY_EXPERTS])
+def test_the_fused_moe_before_0_6_8_compiles_as_it_runs(tmp_path: Path, version: str) -> None:
+    """The experts family on a release before routing_replay_out, with the MoE patches (and the
+    routing's) applied alone: every case compiled equals eager, and the cases of the texts that
+    differ from 0.6.8's ran."""
+    venv = create_venv(tmp_path / "venv")
+    install(venv, release(version))
+    use(venv, shared(CUDA_TORCH))
+    named = [x for p in (DECLARED, TOPK_DEEPSEEK, CUTLASS_MOE, *MOE) for x in ("--patch", p)]
+    runner = CliRunner(env={"VIRTUAL_ENV": None, "CONDA_PREFIX": None, "NO_COLOR": "1"})
+    run = fi_patch(runner, "apply", "--venv", venv, *named)
+    assert run.code == ExitCode.OK, run.text
+    found = compiled(venv, "experts", version, "2.14.1")
+    assert EARLY_EXPERTS[version] <= set(found), sorted(found)
     assert unequal(found) == {}
     assert unchecked(found) == {}
 

@@ -619,11 +619,11 @@ def moe_routing(torch, f):  # type: ignore[no-untyped-def]
 
 
 def fused_moe(torch, f):  # type: ignore[no-untyped-def]
-    """trtllm_fp4_block_scale_moe (0.6.8 on) as SGLang calls it: by keyword, into an output of
+    """trtllm_fp4_block_scale_moe (0.6.0 on) as SGLang calls it: by keyword, into an output of
     its own, tune_max_num_tokens the next power of two of the token count (output= only). 32
     experts, top 4, hidden 1024, intermediate 512. The weights are random bytes in the kernels'
     layouts (an FP4 value or scale is any byte): the same bytes in both calls, so compiled and
-    eager must agree bit for bit. Every trtllm MoE kernel of 0.6.8 - 0.7.4 is built for SM100
+    eager must agree bit for bit. Every trtllm MoE kernel of 0.6.0 - 0.7.4 is built for SM100
     (get_trtllm_moe_sm100_module): below it the eager call is expected to fail, which makes the
     case n/a. Not yet run on any GPU."""
     moe = getattr(f, "fused_moe", None)

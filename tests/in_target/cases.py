@@ -731,17 +731,19 @@ def _moe_kinds(experts, hidden, inter):
 
 
 def _fp8_moe(f, experts, top_k, hidden, inter, replay):
-    """The FP8 and MXINT4 trtllm MoE by keyword, each alone, writing routing_replay_out where it
-    takes it, and into an output where it takes one (FP8 from 0.6.14, MXINT4 from 0.6.8) writing
-    it too; FP8 per channel with workspace_buffer where it takes one (0.7.4): DeepSeek's
-    128-wide block scales, per-tensor scales, per-channel scales (0.7.0 on, neither), and MXINT4
-    weights with bfloat16 activations (which returns a list)."""
-    moe = f.fused_moe
+    """The FP8 and MXINT4 trtllm MoE by keyword, each alone where fi-patch made its op, writing
+    routing_replay_out where it takes it, and into an output where it takes one (FP8 from 0.6.14,
+    MXINT4 from 0.6.8) writing it too; FP8 per channel with workspace_buffer where it takes one
+    (0.7.4): DeepSeek's 128-wide block scales, per-tensor scales, per-channel scales (0.7.0 on,
+    neither), and MXINT4 weights with bfloat16 activations (which returns a list)."""
+    moe, boundaries = f.fused_moe, f.utils._fi_patch_boundaries
     kinds = {k: v for k, v in _moe_kinds(experts, hidden, inter).items() if k in _FP8_MOE}
     cases = {}
     for name, (tensors, fixed) in kinds.items():
-        fn = getattr(moe, name, None)
-        if fn is None:
+        fn, entry = getattr(moe, name, None), boundaries.get(name)
+        # A text the patch leaves as it is (MXINT4 before 0.6.5, FP8 per tensor in 0.6.3 - 0.6.4)
+        # has no op to hold.
+        if fn is None or entry is None or not entry.ready:
             continue
         names = ["routing_logits", *tensors()]
 

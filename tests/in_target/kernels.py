@@ -225,29 +225,40 @@ def _no_aux_tc(
 
 # Where each trtllm MoE kernel takes the routing's input mode (0.7 on: logits, packed topk_ids, or
 # topk_ids with their weights beside; None where the kernel has none: logits where given, else
-# packed), routing_logits, hidden_states, the two weights, output, top_k, do_finalize,
-# routing_replay_out, topk_ids and the experts' weights, by the number of arguments FlashInfer
-# passes it in 0.6.8, 0.7.0 and 0.7.4 (BF16, FP4, FP8 block scales, FP8 per tensor and its routed
-# kernel, FP8 per channel, MXINT4; MXINT4's 31 is 0.6.13 - 0.6.18.post1's). The kernels' argument
-# lists differ by release; the stand-in reads these alone, and the compiled cases run 0.6.8.post1
-# and 0.7.4.
+# packed), routing_logits, hidden_states, the two weights, output, top_k, do_finalize (None where
+# the kernel has none: finalized), routing_replay_out, topk_ids and the experts' weights, by the
+# number of arguments FlashInfer passes it in 0.6.0 - 0.6.7 (the first keys, by release), 0.6.8,
+# 0.7.0 and 0.7.4 (BF16, FP4, FP8 block scales, FP8 per tensor and its routed kernel, FP8 per
+# channel, MXINT4; MXINT4's 31 is 0.6.13 - 0.6.18.post1's). The kernels' argument lists differ
+# by release; the stand-in reads these alone, and the compiled cases run 0.6.0, 0.6.5,
+# 0.6.8.post1 and 0.7.4.
 _MOE_ARGUMENTS = {
     "trtllm_bf16_moe": {
+        18: (None, 0, 2, 3, 4, None, 6, None, None, None, None),
+        22: (None, 0, 4, 5, 6, 7, 9, 19, None, 2, 3),
         25: (None, 0, 4, 5, 6, 7, 9, 19, 24, 2, 3),
         33: (0, 1, 5, 6, 7, 12, 14, 24, 29, 3, 4),
         35: (0, 1, 5, 6, 7, 12, 14, 24, 29, 3, 4),
     },
     "trtllm_fp4_block_scale_moe": {
+        32: (None, 0, 4, 6, 12, 30, 19, 27, None, 1, 2),
         34: (None, 0, 4, 6, 12, 30, 19, 27, 33, 1, 2),
         43: (0, 1, 5, 7, 14, 34, 22, 31, 37, 2, 3),
         46: (0, 1, 5, 7, 14, 34, 22, 31, 37, 2, 3),
     },
     "trtllm_fp8_block_scale_moe": {
+        22: (None, 0, 2, 4, 6, 8, 10, None, None, None, None),
+        24: (None, 0, 4, 6, 8, 10, 12, None, None, 1, 2),
+        25: (None, 0, 4, 6, 8, 10, 12, None, None, 1, 2),
+        26: (None, 0, 4, 6, 8, 10, 12, 22, None, 1, 2),
+        27: (None, 0, 4, 6, 8, 10, 12, 22, None, 1, 2),
         29: (None, 0, 4, 6, 8, 10, 12, 22, 28, 1, 2),
         42: (0, 1, 5, 7, 14, 17, 19, 30, 36, 2, 3),
         44: (0, 1, 5, 7, 14, 17, 19, 30, 36, 2, 3),
     },
     "trtllm_fp8_per_tensor_scale_moe": {
+        21: (None, 0, 2, 3, 6, 8, 10, None, None, None, None),
+        23: (None, 0, 2, 3, 6, 8, 10, 19, None, None, None),
         25: (None, 0, 2, 3, 6, 8, 10, 19, 24, None, None),
         28: (None, 0, 2, 3, 6, 8, 10, 19, 24, None, None),
         31: (None, 0, 2, 3, 6, 8, 10, 19, 24, None, None),
@@ -263,11 +274,26 @@ _MOE_ARGUMENTS = {
         31: (None, 0, 4, 6, 10, 13, 15, 24, None, 1, 2),
     },
     "trtllm_mxint4_block_scale_moe": {
+        23: (None, 0, 2, 3, 8, 21, 11, 19, None, None, None),
         25: (None, 0, 2, 3, 8, 21, 11, 19, 24, None, None),
         31: (None, 0, 4, 5, 11, 24, 14, 22, 27, None, None),
         33: (None, 0, 4, 5, 11, 24, 14, 22, 27, 2, 3),
         35: (None, 0, 4, 5, 11, 24, 14, 22, 27, 2, 3),
     },
+}
+
+
+# The kernels that return their output, (num_tokens, hidden) bfloat16 (BF16, FP8 per tensor and
+# FP8 block scales before 0.6.5), by kind and number of arguments, as above. The stand-in writes
+# the output FlashInfer passes, where it passes one, and returns it; BF16's, passed none, it
+# allocates. (The real kernels allocate their own and leave the one passed, a buffer of the
+# kernel module's op that no caller sees, unwritten.)
+_MOE_RETURNING = {
+    ("trtllm_bf16_moe", 18),
+    ("trtllm_fp8_per_tensor_scale_moe", 21),
+    ("trtllm_fp8_block_scale_moe", 22),
+    ("trtllm_fp8_block_scale_moe", 24),
+    ("trtllm_fp8_block_scale_moe", 25),
 }
 
 
@@ -282,7 +308,8 @@ def _trtllm_moe(kind):
     topk_ids, a (tokens, top_k) int32 of experts with their weights given beside (the unpacked
     mode), or packed (expert << 16 | the bfloat16 weight's bits). Written into output where
     do_finalize (the only form the compiled cases call; the kernel's other outputs are not read
-    then), and the chosen experts into routing_replay_out where given."""
+    then; BF16 before 0.6.5, passed none, into a new one), returned where the kernel returns it
+    (_MOE_RETURNING), and the chosen experts into routing_replay_out where given."""
 
     def kernel(*args):
         where = _MOE_ARGUMENTS[kind].get(len(args))
@@ -290,7 +317,10 @@ def _trtllm_moe(kind):
             raise LookupError(f"no CPU stand-in for {kind} with {len(args)} arguments")
         picked = (None if i is None else args[i] for i in where)
         mode, logits, hidden, w1, w2, output, top_k, finalize, replay, ids, given = picked
-        if not finalize:
+        returning = (kind, len(args)) in _MOE_RETURNING
+        if output is None:
+            output = torch.empty(hidden.shape[0], hidden.shape[1], dtype=torch.bfloat16)
+        if where[7] is not None and not finalize:
             raise LookupError(f"no CPU stand-in for {kind} with do_finalize=False")
         x = hidden.float()
         if hidden.dtype == torch.uint8:
@@ -308,7 +338,7 @@ def _trtllm_moe(kind):
         output.copy_((x[:, : output.shape[1]] * scale).to(output.dtype))
         if replay is not None:
             replay[: experts.shape[0]].copy_(experts.to(replay.dtype))
-        return []
+        return output if returning else []
 
     return kernel
 

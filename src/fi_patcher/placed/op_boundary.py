@@ -160,15 +160,21 @@ def _fi_patch_boundary(
 
 
 # The entry registered by its op's name, then its ops made by `make`, given FlashInfer's own check
-# (`check`, by name): where its module has no such check, fi-patch no such rule of the fake, or
-# torch cannot make the op, the entry says why instead, and its function stays as it is.
+# (`check`, by name): where the entry point calls a check its module does not have, fi-patch has
+# no such rule of the fake, or torch cannot make the op, the entry says why instead, and its
+# function stays as it is. A text that has no such check and does not call it checks nothing
+# (the trtllm MoE before 0.6.8, which has no routing_replay_out and no
+# _validate_routing_replay_out).
 def _fi_patch_entry_made(
     entry: "_FiPatchBoundary", check: "str", fake: "str", rule: "str", make: "Any"
 ) -> "None":
+    import inspect
+
     _fi_patch_boundaries[entry.name] = entry
     try:
         checking = _fi_patch_boundary_check(entry.fn, check)
-        if check and checking is None:
+        called = check in inspect.unwrap(entry.fn).__code__.co_names
+        if check and checking is None and called:
             entry.reason = "its module has no function %s" % check
         elif rule not in _fi_patch_boundary_rules.get(fake, ()):
             entry.reason = "fi-patch has no fake %r with the rule %r" % (fake, rule)

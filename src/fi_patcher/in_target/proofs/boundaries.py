@@ -1601,9 +1601,22 @@ def _trtllm_moe_module():
     getter = core.get_trtllm_moe_sm100_module
 
     def module():
-        return built(impl)(False) if impl is not None else built(getter)()
+        return built(impl, MoeKernels)(False) if impl is not None else built(getter, MoeKernels)()
 
     return module
+
+
+# The trtllm MoE kernels that allocate the output they return, (num_tokens, hidden) bfloat16, and
+# leave the output they are passed unwritten (BF16, FP8 per tensor and FP8 block scales before
+# 0.6.5, whose kernel module's op returns what the kernel gives): where hidden_states is among
+# the arguments FlashInfer passes each, by the kernel's name and their number.
+ALLOCATING = {
+    ("trtllm_bf16_moe", 18): 2,
+    ("trtllm_fp8_per_tensor_scale_moe", 21): 2,
+    ("trtllm_fp8_block_scale_moe", 22): 2,
+    ("trtllm_fp8_block_scale_moe", 24): 4,
+    ("trtllm_fp8_block_scale_moe", 25): 4,
+}
 
 
 def built(getter, stub=None):
@@ -1654,6 +1667,23 @@ class Stub(object):
     def __getattr__(self, name):
         def kernel(*args, **kwargs):
             return None
+
+        return kernel
+
+
+class MoeKernels(Stub):
+    """The trtllm MoE kernels: those that allocate their output (ALLOCATING) give it, of the
+    shape and dtype the kernel gives; the others do nothing."""
+
+    def __getattr__(self, name):
+        def kernel(*args, **kwargs):
+            at = ALLOCATING.get((name, len(args)))
+            if at is None:
+                return None
+            import torch
+
+            hidden = args[at]
+            return hidden.new_empty((hidden.shape[0], hidden.shape[-1]), dtype=torch.bfloat16)
 
         return kernel
 
