@@ -180,7 +180,7 @@ TRTLLM_DECODE_LSE_FORMS = (
 TRTLLM_DECODE_LSE_REFUSED = TRTLLM_DECODE_REFUSED + ", return_lse on xqa, an lse of another shape"
 CUTLASS_REFUSED = "an output of too few rows, the min-latency mode, profile_ids of one tactic"
 PROVEN = {
-    # cutlass_fused_moe (0.6.8 on); workspace_buffer and profile_ids from 0.6.16, ClampedRelu2's
+    # cutlass_fused_moe (0.6.0 on); workspace_buffer and profile_ids from 0.6.16, ClampedRelu2's
     # checks from 0.7.2 (BEFORE).
     "cutlass_fused_moe": (
         "by keyword, positional, FlashInfer's defaults, a dynamic token count, "

@@ -137,7 +137,7 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         # its samplers are older texts too (the op boundaries cover 0.6.7 on, the renorm
         # samplers 0.6.0 on); it has no flashinfer/concat_ops.py (0.6.0 on), and no
         # fused_topk_deepseek (0.6.0 on); its cutlass_fused_moe is an older text than the op
-        # covers (0.6.8 on), and its wrappers' run() older than their ops cover (0.6.0 on).
+        # covers (0.6.0 on), and its wrappers' run() older than their ops cover (0.6.0 on).
         f"{venv}: op-batch-decode-with-paged-kv-cache-run not-applicable",
         f"{venv}: op-batch-prefill-with-paged-kv-cache-run not-applicable",
         f"{venv}: op-batch-prefill-with-ragged-kv-cache-run not-applicable",
@@ -167,7 +167,7 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: op-top-p-sampling-from-probs not-applicable",
         # trtllm_batch_decode_with_kv_cache's op covers 0.6.0 on: 0.5.0's is an older text.
         f"{venv}: op-trtllm-batch-decode-with-kv-cache not-applicable",
-        # The fused MoE's ops begin at 0.6.8, the routed ones' at 0.7.0 (0.5.0 has no
+        # The fused MoE's ops begin at 0.6.0 (0.5.0's texts are older, and it has no
         # trtllm_bf16_moe at all).
         f"{venv}: op-trtllm-bf16-moe not-applicable",
         f"{venv}: op-trtllm-bf16-routed-moe not-applicable",

@@ -573,7 +573,7 @@ def _fused_moe(f):
 
 
 def _cutlass_moe(f, experts, top_k, hidden, inter):
-    """cutlass_fused_moe where fi-patch gives it an op (0.6.8 on), bfloat16 unquantized, the
+    """cutlass_fused_moe where fi-patch gives it an op (0.6.0 on), bfloat16 unquantized, the
     routing given as experts and their scales: as SGLang calls it (by keyword, into an output of
     its own, tune_max_num_tokens the next power of two of the token count, the first of the four
     it returns: the other three are unwritten buffers) over a dynamic token count; positionally
@@ -731,19 +731,20 @@ def _moe_kinds(experts, hidden, inter):
 
 
 def _fp8_moe(f, experts, top_k, hidden, inter, replay):
-    """The FP8 and MXINT4 trtllm MoE by keyword, each alone where fi-patch made its op, writing
-    routing_replay_out where it takes it, and into an output where it takes one (FP8 from 0.6.14,
-    MXINT4 from 0.6.8) writing it too; FP8 per channel with workspace_buffer where it takes one
-    (0.7.4): DeepSeek's 128-wide block scales, per-tensor scales, per-channel scales (0.7.0 on,
-    neither), and MXINT4 weights with bfloat16 activations (which returns a list)."""
+    """The FP8 and MXINT4 trtllm MoE by keyword, each alone where fi-patch gives it an op, writing
+    routing_replay_out where it takes it (0.6.8 on), and beside it into an output where it takes
+    one (FP8 from 0.6.14, MXINT4 from 0.6.8), writing both; FP8 per channel with workspace_buffer
+    where it takes one (0.7.4): DeepSeek's 128-wide block scales, per-tensor scales, per-channel
+    scales (0.7.0 on, neither), and MXINT4 weights with bfloat16 activations (which returns a
+    list)."""
     moe, boundaries = f.fused_moe, f.utils._fi_patch_boundaries
     kinds = {k: v for k, v in _moe_kinds(experts, hidden, inter).items() if k in _FP8_MOE}
     cases = {}
     for name, (tensors, fixed) in kinds.items():
         fn, entry = getattr(moe, name, None), boundaries.get(name)
         # A text the patch leaves as it is (MXINT4 before 0.6.5, FP8 per tensor in 0.6.3 - 0.6.4)
-        # has no op to hold.
-        if fn is None or entry is None or not entry.ready:
+        # has no boundary; one that should and is not ready fails its cases.
+        if fn is None or entry is None:
             continue
         names = ["routing_logits", *tensors()]
 
@@ -802,7 +803,7 @@ def _fp8_moe(f, experts, top_k, hidden, inter, replay):
 
 
 def _routed_moe(f, experts, top_k, hidden, inter, replay):
-    """The _routed_ trtllm MoE where fi-patch gave it an op (0.7.0 on), the routing given as
+    """The _routed_ trtllm MoE where fi-patch gave it an op (FP4 0.6.0 on), the routing given as
     topk_ids: each by keyword with a packed topk_ids (expert << 16 | the bfloat16 weight's bits),
     with a (topk_ids, topk_weights) pair where it takes one, writing routing_replay_out where it
     takes it, into an output where it takes one, and with workspace_buffer where that is all it

@@ -173,8 +173,7 @@ def _fi_patch_entry_made(
     _fi_patch_boundaries[entry.name] = entry
     try:
         checking = _fi_patch_boundary_check(entry.fn, check)
-        called = check in inspect.unwrap(entry.fn).__code__.co_names
-        if check and checking is None and called:
+        if check and checking is None and check in inspect.unwrap(entry.fn).__code__.co_names:
             entry.reason = "its module has no function %s" % check
         elif rule not in _fi_patch_boundary_rules.get(fake, ()):
             entry.reason = "fi-patch has no fake %r with the rule %r" % (fake, rule)
@@ -1586,7 +1585,7 @@ def _fi_patch_fake_trtllm_moe(values: "Dict[str, Any]", rule: "str", check: "Any
 # returns beside it. min_latency_mode raises NotImplementedError in every release, and
 # profile_ids of other than two tactics ValueError (the kernel module's op, before its kernel),
 # where the release reads them. The rule is how the release checks its tactics and its
-# activation: "plain" (0.6.8 - 0.6.16.post2, 0.6.18 - 0.7.1: nothing of the activation before
+# activation: "plain" (0.6.0 - 0.6.16.post2, 0.6.18 - 0.7.1: nothing of the activation before
 # the device; before 0.6.16 no profile_ids), "tactics-ignored" (0.6.16.post3 - 0.6.17: the
 # kernel module's op runs the autotuner whatever profile_ids says) or "clamped" (0.7.2 on:
 # ClampedRelu2's limit, ValueError, and the kinds it takes, NotImplementedError; a limit without
