@@ -93,16 +93,24 @@ def applied(tmp_path_factory: pytest.TempPathFactory) -> Applied:
     def get(version: str, torch_version: str) -> Path:
         if (version, torch_version) not in made:
             folder = tmp_path_factory.mktemp(f"compiled-{version}-{torch_version}")
-            venv = create_venv(folder / "venv")
-            install(venv, release(version))
-            use(venv, shared(TORCHES[torch_version]))
-            runner = CliRunner(env={"VIRTUAL_ENV": None, "CONDA_PREFIX": None, "NO_COLOR": "1"})
-            run = fi_patch(runner, "apply", "--venv", venv, *_oldest(torch_version, folder))
-            assert run.code == ExitCode.OK, run.text
-            made[version, torch_version] = venv
+            made[version, torch_version] = _patched(
+                folder, version, torch_version, *_oldest(torch_version, folder)
+            )
         return made[version, torch_version]
 
     return get
+
+
+def _patched(folder: Path, version: str, torch_version: str, *arguments: str | Path) -> Path:
+    """A venv in `folder` holding `version` and torch `torch_version`, after `fi-patch apply`
+    with `arguments` (every patch where none are given) exits 0."""
+    venv = create_venv(folder / "venv")
+    install(venv, release(version))
+    use(venv, shared(TORCHES[torch_version]))
+    runner = CliRunner(env={"VIRTUAL_ENV": None, "CONDA_PREFIX": None, "NO_COLOR": "1"})
+    run = fi_patch(runner, "apply", "--venv", venv, *arguments)
+    assert run.code == ExitCode.OK, run.text
+    return venv
 
 
 def _oldest(torch_version: str, folder: Path) -> list[str | Path]:
@@ -212,13 +220,8 @@ def test_the_fused_moe_before_0_6_8_compiles_as_it_runs(tmp_path: Path, version:
     """The experts family on a release before routing_replay_out, with the MoE patches (and the
     routing's) applied alone: every case compiled equals eager, and the cases of the texts that
     differ from 0.6.8's ran."""
-    venv = create_venv(tmp_path / "venv")
-    install(venv, release(version))
-    use(venv, shared(CUDA_TORCH))
     named = [x for p in (DECLARED, TOPK_DEEPSEEK, CUTLASS_MOE, *MOE) for x in ("--patch", p)]
-    runner = CliRunner(env={"VIRTUAL_ENV": None, "CONDA_PREFIX": None, "NO_COLOR": "1"})
-    run = fi_patch(runner, "apply", "--venv", venv, *named)
-    assert run.code == ExitCode.OK, run.text
+    venv = _patched(tmp_path, version, "2.14.1", *named)
     found = compiled(venv, "experts", version, "2.14.1")
     assert EARLY_EXPERTS[version] <= set(found), sorted(found)
     assert unequal(found) == {}
