@@ -115,6 +115,7 @@ def test_revert_json(runner: CliRunner, venv_with: MakeVenv) -> None:
         "flashinfer/utils.py": ("reverted", []),
         "flashinfer/decode.py": ("reverted", []),
         "flashinfer/prefill.py": ("reverted", []),
+        "flashinfer/fused_moe/core.py": ("reverted", []),
     }
 
 
@@ -136,15 +137,15 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         # flashinfer/fp4_quantization.py and fp8_quantization.py, not flashinfer/quantization/;
         # its samplers are older texts too (the op boundaries cover 0.6.7 on, the renorm
         # samplers 0.6.0 on); it has no flashinfer/concat_ops.py (0.6.0 on), and no
-        # fused_topk_deepseek (0.6.0 on); its cutlass_fused_moe is an older text than the op
-        # covers (0.6.0 on), and its wrappers' run() older than their ops cover (0.6.0 on).
+        # fused_topk_deepseek (0.6.0 on); its wrappers' run() are older texts than their ops
+        # cover (0.6.0 on).
         f"{venv}: op-batch-decode-with-paged-kv-cache-run not-applicable",
         f"{venv}: op-batch-prefill-with-paged-kv-cache-run not-applicable",
         f"{venv}: op-batch-prefill-with-ragged-kv-cache-run not-applicable",
         f"{venv}: op-block-scale-interleave not-applicable",
         f"{venv}: op-bmm-fp8 not-applicable",
         f"{venv}: op-concat-mla-k not-applicable",
-        f"{venv}: op-cutlass-fused-moe not-applicable",
+        f"{venv}: op-cutlass-fused-moe pristine",
         f"{venv}: op-fused-topk-deepseek not-applicable",
         f"{venv}: op-gelu-and-mul not-applicable",
         f"{venv}: op-gelu-tanh-and-mul not-applicable",
@@ -167,17 +168,18 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: op-top-p-sampling-from-probs not-applicable",
         # trtllm_batch_decode_with_kv_cache's op covers 0.6.0 on: 0.5.0's is an older text.
         f"{venv}: op-trtllm-batch-decode-with-kv-cache not-applicable",
-        # The fused MoE's ops begin at 0.6.0 (0.5.0's texts are older, and it has no
-        # trtllm_bf16_moe at all).
+        # The fused MoE's ops begin at 0.5.0 for FP4, its routed variant, FP8 block scales and
+        # FP8 per tensor; 0.5.0 has no trtllm_bf16_moe (0.5.3 on), and the other variants' ops
+        # begin later.
         f"{venv}: op-trtllm-bf16-moe not-applicable",
         f"{venv}: op-trtllm-bf16-routed-moe not-applicable",
-        f"{venv}: op-trtllm-fp4-block-scale-moe not-applicable",
-        f"{venv}: op-trtllm-fp4-block-scale-routed-moe not-applicable",
-        f"{venv}: op-trtllm-fp8-block-scale-moe not-applicable",
+        f"{venv}: op-trtllm-fp4-block-scale-moe pristine",
+        f"{venv}: op-trtllm-fp4-block-scale-routed-moe pristine",
+        f"{venv}: op-trtllm-fp8-block-scale-moe pristine",
         f"{venv}: op-trtllm-fp8-block-scale-routed-moe not-applicable",
         f"{venv}: op-trtllm-fp8-per-channel-scale-moe not-applicable",
         f"{venv}: op-trtllm-fp8-per-channel-scale-routed-moe not-applicable",
-        f"{venv}: op-trtllm-fp8-per-tensor-scale-moe not-applicable",
+        f"{venv}: op-trtllm-fp8-per-tensor-scale-moe pristine",
         f"{venv}: op-trtllm-fp8-per-tensor-scale-routed-moe not-applicable",
         f"{venv}: op-trtllm-mxint4-block-scale-moe not-applicable",
         f"{venv}: op-trtllm-mxint4-block-scale-routed-moe not-applicable",

@@ -19,6 +19,7 @@ from tests.support.expected import expected
 from tests.support.releases import (
     DECODE,
     FP4_OLD,
+    MOE_CORE,
     PREFILL,
     RELEASES,
     TARGET,
@@ -50,10 +51,10 @@ def test_eight_concurrent_applies_write_once(runner: CliRunner, venv_with: MakeV
     compile(target_file(venv).read_bytes(), str(target_file(venv)), "exec")
     assert state_of(runner, venv) == ("patched", ExitCode.OK)
     # One backup per file written, each FlashInfer's original: cpp_ext.py, fp4_quantization.py
-    # for fp4-quantize-op-boundary, utils.py for the declared-ops patches, and decode.py and
-    # prefill.py for the single-request attention.
+    # for fp4-quantize-op-boundary, utils.py for the declared-ops patches, decode.py and
+    # prefill.py for the single-request attention, and fused_moe/core.py for the fused MoE.
     backups = sorted(b.read_bytes() for b in (venv / ".fi-patch" / "backups").iterdir())
-    written = (TARGET, FP4_OLD, UTILS, DECODE, PREFILL)
+    written = (TARGET, FP4_OLD, UTILS, DECODE, PREFILL, MOE_CORE)
     originals = [released_text(RELEASES[VERSION], f) for f in written]
     assert backups == sorted(originals)
 

@@ -60,6 +60,25 @@ def _has(fn, parameter):
     return parameter in inspect.signature(fn).parameters
 
 
+def _tile(fn):
+    """tile_tokens_dim=None where fn takes it without a default (FP4's in 0.5, deprecated), as
+    SGLang passed it then."""
+    tile = inspect.signature(fn).parameters.get("tile_tokens_dim")
+    return {"tile_tokens_dim": None} if tile and tile.default is inspect.Parameter.empty else {}
+
+
+def _grouping(fn):
+    """n_group, topk_group and routed_scaling_factor as fn takes them: None where optional, 0, 0
+    and 1.0 where it types them an int and a float (FP8's up to 0.4.1, whose kernels take no
+    None)."""
+    parameters = inspect.signature(fn).parameters
+    given = {"n_group": 0, "topk_group": 0, "routed_scaling_factor": 1.0}
+    return {
+        key: value if parameters[key].annotation in (int, float, "int", "float") else None
+        for key, value in given.items()
+    }
+
+
 def families(f):
     """Every family, by name: a function that gives its cases, by name."""
     return {
@@ -382,10 +401,11 @@ def _quantised_rope(f, cache):
 def _experts(f):
     """The MoE path's routing: fused_topk_deepseek (flashinfer.fused_moe's, 0.6.0 on) writing the
     weights and experts of DeepSeek-V3's grouped top-k, as SGLang's op calls it, with
-    routing_replay_out where the release takes it (0.6.8 on), over a dynamic token count."""
+    routing_replay_out where the release takes it (0.6.8 on), over a dynamic token count; then
+    the fused MoE (_fused_moe), which 0.5 has without it."""
     fused = getattr(getattr(f, "fused_moe", None), "fused_topk_deepseek", None)
     if fused is None:
-        return {}
+        return _fused_moe(f)
     op = ("fi_patch.fused_topk_deepseek",)
 
     def problem(tokens=6, seed=0):
@@ -425,13 +445,15 @@ def _fused_moe(f):
     """The trtllm fused MoE, finalized, over 8 experts, top 2, a hidden size of 256: FP4 as SGLang
     calls it (by keyword, into an output of its own, tune_max_num_tokens the next power of two of
     the token count, the first of the list it returns) over a dynamic token count, FP4 and BF16
-    positionally with FlashInfer's defaults, each with routing_replay_out written (its rows past
-    the token count left as they were), BF16 into an output (0.6.14 on)."""
+    positionally with FlashInfer's defaults (BF16 where the release has it: 0.5.3 on), each with
+    routing_replay_out written (its rows past the token count left as they were), BF16 into an
+    output (0.6.14 on). FP4's where fi-patch gives it an op (0.3.0 on: FP8's come earlier)."""
     moe = getattr(f, "fused_moe", None)
     fp4 = getattr(moe, "trtllm_fp4_block_scale_moe", None)
     bf16 = getattr(moe, "trtllm_bf16_moe", None)
-    if fp4 is None or bf16 is None or not hasattr(f.utils, "_fi_patch_boundaries"):
+    if fp4 is None or not hasattr(f.utils, "_fi_patch_boundaries"):
         return {}
+    fp4_op = "trtllm_fp4_block_scale_moe" in f.utils._fi_patch_boundaries
     experts, top_k, hidden, inter = 8, 2, 256, 128
     fp8 = torch.float8_e4m3fn
 
@@ -478,6 +500,7 @@ def _fused_moe(f):
             do_finalize=True,
             tune_max_num_tokens=f.utils.next_positive_power_of_2(tokens),
             output=output,
+            **_tile(fp4),
         )[0]
 
     def bf16_problem(tokens=6, seed=0):
@@ -514,6 +537,7 @@ def _fused_moe(f):
             0,
             experts,
             None,
+            *_tile(fp4).values(),
             1,
             **named,
         )
@@ -521,43 +545,48 @@ def _fused_moe(f):
     def replay(tokens=16):
         return torch.full((tokens, top_k), -1, dtype=torch.int16)
 
-    cases = {
-        "trtllm_fp4_block_scale_moe as SGLang calls it, a dynamic token count": Case(
-            as_sglang,
-            fp4_problem,
-            ("fi_patch.trtllm_fp4_block_scale_moe_out",),
-            written=(7,),
-            mark_dynamic=((0, 0), (1, 0), (2, 0), (7, 0)),
-            again=(lambda: fp4_problem(11, seed=7), lambda: fp4_problem(3, seed=9)),
-        ),
-        "trtllm_bf16_moe positionally, a dynamic token count": Case(
+    cases = (
+        {}
+        if not fp4_op
+        else {
+            "trtllm_fp4_block_scale_moe as SGLang calls it, a dynamic token count": Case(
+                as_sglang,
+                fp4_problem,
+                ("fi_patch.trtllm_fp4_block_scale_moe_out",),
+                written=(7,),
+                mark_dynamic=((0, 0), (1, 0), (2, 0), (7, 0)),
+                again=(lambda: fp4_problem(11, seed=7), lambda: fp4_problem(3, seed=9)),
+            ),
+            "trtllm_fp4_block_scale_moe positionally": Case(
+                fp4_positional,
+                lambda: fp4_problem()[:7],
+                ("fi_patch.trtllm_fp4_block_scale_moe",),
+            ),
+        }
+    )
+    if bf16 is not None:
+        cases["trtllm_bf16_moe positionally, a dynamic token count"] = Case(
             lambda *a: positional(*a) * 2,
             bf16_problem,
             ("fi_patch.trtllm_bf16_moe",),
             mark_dynamic=((0, 0), (1, 0)),
             again=(lambda: bf16_problem(13, seed=5),),
-        ),
-        "trtllm_fp4_block_scale_moe positionally": Case(
-            fp4_positional,
-            lambda: fp4_problem()[:7],
-            ("fi_patch.trtllm_fp4_block_scale_moe",),
-        ),
-    }
-    if _has(fp4, "routing_replay_out"):
+        )
+    if fp4_op and _has(fp4, "routing_replay_out"):
         cases["trtllm_fp4_block_scale_moe writing routing_replay_out"] = Case(
             fp4_positional,
             lambda: [*fp4_problem()[:7], replay()],
             ("fi_patch.trtllm_fp4_block_scale_moe_writes",),
             written=(7,),
         )
-    if _has(bf16, "routing_replay_out"):
+    if bf16 is not None and _has(bf16, "routing_replay_out"):
         cases["trtllm_bf16_moe writing routing_replay_out"] = Case(
             positional,
             lambda: [*bf16_problem(), replay()],
             ("fi_patch.trtllm_bf16_moe_writes",),
             written=(4,),
         )
-    if _has(bf16, "output"):
+    if bf16 is not None and _has(bf16, "output"):
         cases["trtllm_bf16_moe into an output, writing routing_replay_out"] = Case(
             positional,
             lambda: [*bf16_problem(), replay(), torch.zeros(6, hidden, dtype=torch.bfloat16)],
@@ -573,11 +602,12 @@ def _fused_moe(f):
 
 
 def _cutlass_moe(f, experts, top_k, hidden, inter):
-    """cutlass_fused_moe where fi-patch gives it an op (0.6.0 on), bfloat16 unquantized, the
+    """cutlass_fused_moe where fi-patch gives it an op (0.4.1 on), bfloat16 unquantized, the
     routing given as experts and their scales: as SGLang calls it (by keyword, into an output of
     its own, tune_max_num_tokens the next power of two of the token count, the first of the four
     it returns: the other three are unwritten buffers) over a dynamic token count; positionally
-    with FlashInfer's defaults; with ActivationType.Geglu (the kernel stand-in follows it); with
+    with FlashInfer's defaults; with ActivationType.Geglu where the release takes an activation
+    (0.5.0 on; the kernel stand-in follows it); with
     workspace_buffer where the release takes one (0.6.16 on; the kernel stand-in writes it)."""
     fused = f.fused_moe.cutlass_fused_moe
     if "cutlass_fused_moe" not in f.utils._fi_patch_boundaries:
@@ -631,10 +661,11 @@ def _cutlass_moe(f, experts, top_k, hidden, inter):
         "cutlass_fused_moe positionally": Case(
             positional, lambda: problem()[:5], ("fi_patch.cutlass_fused_moe",)
         ),
-        "cutlass_fused_moe with ActivationType.Geglu": Case(
-            geglu, lambda: problem()[:5], ("fi_patch.cutlass_fused_moe",)
-        ),
     }
+    if "activation_type" in inspect.signature(fused).parameters:
+        cases["cutlass_fused_moe with ActivationType.Geglu"] = Case(
+            geglu, lambda: problem()[:5], ("fi_patch.cutlass_fused_moe",)
+        )
     if "workspace_buffer" in inspect.signature(fused).parameters:
         cases["cutlass_fused_moe with workspace_buffer"] = Case(
             positional,
@@ -756,13 +787,11 @@ def _fp8_moe(f, experts, top_k, hidden, inter, replay):
                 routing_bias=None,
                 num_experts=experts,
                 top_k=top_k,
-                n_group=None,
-                topk_group=None,
                 intermediate_size=inter,
                 local_expert_offset=0,
                 local_num_experts=experts,
-                routed_scaling_factor=None,
                 routing_method_type=1,
+                **_grouping(fn),
                 **fixed,
                 **named,
             )
@@ -840,7 +869,7 @@ def _routed_moe(f, experts, top_k, hidden, inter, replay):
         if fn is None or entry is None or not entry.ready:
             continue
         names = list(tensors())
-        given = {k: v for k, v in {**common, **fixed}.items() if _has(fn, k)}
+        given = {k: v for k, v in {**common, **fixed}.items() if _has(fn, k)} | _tile(fn)
 
         def call(ids, *values, fn=fn, names=names, given=given, **more):
             keys = [*names, "routing_replay_out", "output"]

@@ -229,11 +229,13 @@ def _no_aux_tc(
 # the kernel has none: finalized), routing_replay_out, topk_ids and the experts' weights, by the
 # number of arguments FlashInfer passes it in 0.6.0 - 0.6.7 (the first keys, by release), 0.6.8,
 # 0.7.0 and 0.7.4 (BF16, FP4, FP8 block scales, FP8 per tensor and its routed kernel, FP8 per
-# channel, MXINT4; MXINT4's 31 is 0.6.13 - 0.6.18.post1's). The kernels' argument lists differ
-# by release; the stand-in reads these alone, and the compiled cases run 0.6.0, 0.6.5,
-# 0.6.8.post1 and 0.7.4.
+# channel, MXINT4; MXINT4's 31 is 0.6.13 - 0.6.18.post1's), and the older ones: FP4's 33 and FP8
+# per tensor's 20 and FP8 block scales' 21 (0.2.11.post2 - 0.4.1, where each takes them). The
+# kernels' argument lists differ by release; the stand-in reads these alone, and the compiled
+# cases run 0.3.0, 0.5.0, 0.5.3, 0.6.0, 0.6.5, 0.6.8.post1 and 0.7.4.
 _MOE_ARGUMENTS = {
     "trtllm_bf16_moe": {
+        17: (None, 0, 2, 3, 4, None, 6, None, None, None, None),
         18: (None, 0, 2, 3, 4, None, 6, None, None, None, None),
         22: (None, 0, 4, 5, 6, 7, 9, 19, None, 2, 3),
         25: (None, 0, 4, 5, 6, 7, 9, 19, 24, 2, 3),
@@ -242,11 +244,13 @@ _MOE_ARGUMENTS = {
     },
     "trtllm_fp4_block_scale_moe": {
         32: (None, 0, 4, 6, 12, 30, 19, 27, None, 1, 2),
+        33: (None, 0, 4, 6, 12, 31, 19, 28, None, 1, 2),
         34: (None, 0, 4, 6, 12, 30, 19, 27, 33, 1, 2),
         43: (0, 1, 5, 7, 14, 34, 22, 31, 37, 2, 3),
         46: (0, 1, 5, 7, 14, 34, 22, 31, 37, 2, 3),
     },
     "trtllm_fp8_block_scale_moe": {
+        21: (None, 0, 2, 4, 6, None, 9, None, None, None, None),
         22: (None, 0, 2, 4, 6, 8, 10, None, None, None, None),
         24: (None, 0, 4, 6, 8, 10, 12, None, None, 1, 2),
         25: (None, 0, 4, 6, 8, 10, 12, None, None, 1, 2),
@@ -257,6 +261,7 @@ _MOE_ARGUMENTS = {
         44: (0, 1, 5, 7, 14, 17, 19, 30, 36, 2, 3),
     },
     "trtllm_fp8_per_tensor_scale_moe": {
+        20: (None, 0, 2, 3, 6, None, 9, None, None, None, None),
         21: (None, 0, 2, 3, 6, 8, 10, None, None, None, None),
         23: (None, 0, 2, 3, 6, 8, 10, 19, None, None, None),
         25: (None, 0, 2, 3, 6, 8, 10, 19, 24, None, None),
@@ -285,12 +290,19 @@ _MOE_ARGUMENTS = {
 
 # The kernels that return their output, (num_tokens, hidden) bfloat16 (BF16, FP8 per tensor and
 # FP8 block scales before 0.6.5), by kind and number of arguments, as above. The stand-in writes
-# the output FlashInfer passes, where it passes one, and returns it; BF16's, passed none, it
-# allocates. (The real kernels allocate their own and leave the one passed, a buffer of the
-# kernel module's op that no caller sees, unwritten.)
+# the output FlashInfer passes, where it passes one, and returns it; where it passes none (BF16
+# before 0.6.5, FP8 per tensor up to 0.4.0, FP8 block scales up to 0.3.1.post1), it allocates.
+# (0.6.0 - 0.6.4's kernels allocate their own and leave the one passed, a buffer of the kernel
+# module's op that no caller sees, unwritten; 0.4.0 - 0.5.3's write the one passed, which the op
+# returns.) FP4's with tile_tokens_dim (0.3.0 - 0.4.1) return it in a list, which the kernel
+# module's op returns up to 0.4.0 (_MOE_LISTING).
+_MOE_LISTING = {("trtllm_fp4_block_scale_moe", 33)}
 _MOE_RETURNING = {
+    ("trtllm_bf16_moe", 17),
     ("trtllm_bf16_moe", 18),
+    ("trtllm_fp8_per_tensor_scale_moe", 20),
     ("trtllm_fp8_per_tensor_scale_moe", 21),
+    ("trtllm_fp8_block_scale_moe", 21),
     ("trtllm_fp8_block_scale_moe", 22),
     ("trtllm_fp8_block_scale_moe", 24),
     ("trtllm_fp8_block_scale_moe", 25),
@@ -338,6 +350,8 @@ def _trtllm_moe(kind):
         output.copy_((x[:, : output.shape[1]] * scale).to(output.dtype))
         if replay is not None:
             replay[: experts.shape[0]].copy_(experts.to(replay.dtype))
+        if (kind, len(args)) in _MOE_LISTING:
+            return [output]
         return output if returning else []
 
     return kernel
@@ -350,14 +364,15 @@ class _CutlassMoe:
     token_selected_experts, token_final_scales, fc1_expert_weights and biases, fc2_expert_weights
     and biases. Per token the sum, weighted by token_final_scales, of each chosen expert's
     fc2 @ (act(gate) * up) with fc1 @ x = (gate, up), act silu (Swiglu) or gelu (Geglu): the
-    activation_type after the tactics (the last list it is given, then enable_pdl), and after it
-    (0.6.16 on) workspace_buffer, whose first bytes it writes (the token count, counting up)."""
+    activation_type after the tactics (the last list it is given, then enable_pdl; 0.4.1 passes
+    none: Swiglu), and after it (0.6.16 on) workspace_buffer, whose first bytes it writes (the
+    token count, counting up)."""
 
     @torch.no_grad()
     def run_moe(self, output, x, experts, scales, fc1, fc1_bias, fc2, fc2_bias, *rest):
         tactics = max(i for i, value in enumerate(rest) if isinstance(value, list))
-        # workspace_buffer follows the activation from 0.6.16.
-        activation = int(rest[tactics + 2])
+        # workspace_buffer follows the activation from 0.6.16; 0.4.1 passes none (Swiglu).
+        activation = int(rest[tactics + 2]) if len(rest) > tactics + 2 else _SWIGLU
         workspace = rest[tactics + 3] if len(rest) > tactics + 3 else None
         act = _CUTLASS_ACTIVATIONS.get(activation)
         if act is None:
@@ -381,7 +396,8 @@ class _CutlassMoe:
         raise LookupError(f"no CPU stand-in for the CUTLASS MoE runner's {name}")
 
 
-_CUTLASS_ACTIVATIONS = {3: torch.nn.functional.silu, 4: torch.nn.functional.gelu}
+_SWIGLU = 3
+_CUTLASS_ACTIVATIONS = {_SWIGLU: torch.nn.functional.silu, 4: torch.nn.functional.gelu}
 """ActivationType.Swiglu and ActivationType.Geglu (flashinfer/tllm_enums.py): the gate's
 activation."""
 
@@ -1052,7 +1068,11 @@ def install():
             continue
         space = vars(module)
         for key, value in list(space.items()):
-            if key.startswith(("gen_", "_gen_")) and "_module" in key and callable(value):
+            if (
+                key.startswith(("gen_", "_gen_", "trtllm_gen_"))
+                and "_module" in key
+                and callable(value)
+            ):
                 space[key] = functools.partial(_spec, key)
             elif key in REPLACED:
                 space[key] = REPLACED[key]

@@ -88,7 +88,7 @@ ROUTED = (
     TRTLLM_MXINT4_ROUTED,
 )
 """The op-boundary patches of the trtllm fused MoE's _routed_ variants: TRTLLM_FP4_ROUTED from
-0.6.0, TRTLLM_BF16_ROUTED from 0.6.5, TRTLLM_FP8_BLOCK_ROUTED from 0.6.8, TRTLLM_MXINT4_ROUTED
+0.3.0, TRTLLM_BF16_ROUTED from 0.6.5, TRTLLM_FP8_BLOCK_ROUTED from 0.6.8, TRTLLM_MXINT4_ROUTED
 from 0.6.13, TRTLLM_FP8_TENSOR_ROUTED from 0.6.17, TRTLLM_FP8_CHANNEL_ROUTED from 0.7.0."""
 MOE = (
     TRTLLM_BF16,
@@ -104,9 +104,10 @@ MOE = (
     TRTLLM_MXINT4,
     TRTLLM_MXINT4_ROUTED,
 )
-"""The op-boundary patches of the trtllm fused MoE, in MOE_CORE, in registry order: BF16, FP4, FP8
-block scales and FP8 per tensor from 0.6.0 (not FP8 per tensor's 0.6.3 - 0.6.4), MXINT4 from
-0.6.5, TRTLLM_FP8_CHANNEL from 0.7.0, ROUTED as it says."""
+"""The op-boundary patches of the trtllm fused MoE, in MOE_CORE, in registry order: FP8 block
+scales and FP8 per tensor from 0.2.11.post2 (not FP8 per tensor's 0.6.3 - 0.6.4), FP4 from 0.3.0,
+BF16 from 0.5.3, where it arrives, MXINT4 from 0.6.5, TRTLLM_FP8_CHANNEL from 0.7.0, ROUTED as it
+says."""
 QUANTIZERS = (INTERLEAVE, MXFP8, BATCHED, GROUPED, SILU_EXPERTS)
 """The op-boundary patches of the quantizers: silu_and_mul_scaled_nvfp4_experts_quantize in
 flashinfer/activation.py from 0.6.0; from 0.6.7 mxfp8_quantize in FP8_QUANT and the others in
@@ -146,8 +147,8 @@ BOUNDARIES = (
 in flashinfer/gemm/gemm_base.py, QUANTIZERS, in flashinfer/sampling.py the samplers (MIN_P,
 TOP_K, TOP_K_TOP_P, TOP_P, from 0.6.7) and the renorm samplers (MASK, TOP_K_RENORM,
 TOP_P_RENORM, from 0.6.0), concat_mla_k (CONCAT) in CONCAT_OPS and fused_topk_deepseek
-(TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, MOE in MOE_CORE, from 0.6.0 (as MOE says),
-cutlass_fused_moe (CUTLASS_MOE) in MOE_CORE, from 0.6.0 too, the single-request attention
+(TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, MOE in MOE_CORE, from 0.2.11.post2 (as MOE says),
+cutlass_fused_moe (CUTLASS_MOE) in MOE_CORE, from 0.4.1, the single-request attention
 (SINGLE_DECODE in DECODE, SINGLE_PREFILL in PREFILL), from 0.2.6, the wrappers' run()
 (BATCH_DECODE in DECODE, BATCH_PREFILL and BATCH_RAGGED in PREFILL), from 0.6.0, and
 trtllm_batch_decode_with_kv_cache (TRTLLM_DECODE in DECODE), from 0.6.0."""
@@ -445,6 +446,13 @@ BOUNDARY_SHA256 = {
 
 # sha256[:12] of MOE_CORE by release, which the MOE patches share.
 MOE_CORE_SHA256 = {
+    "0.2.11.post2": "8c5bd230e72f",
+    "0.2.13": "70c2791bf1d3",
+    "0.2.14": "8d097a3177b4",
+    "0.2.14.post1": "7ece5b8c5bb5",
+    "0.3.1.post1": "c826031a3a94",
+    "0.4.0": "1a237590e54b",
+    "0.5.0": "f0d53c0c9988",
     "0.6.0": "93cd77cd5d9a",
     "0.6.0rc1": "c7da01d2dca0",
     "0.6.7": "828d08063faf",
@@ -467,8 +475,8 @@ def _in_moe_core(shapes: dict[str, str]) -> dict[str, tuple[str, str]]:
 
 
 # The shape of each op-* patch that holds a file of its own (op-concat-mla-k from 0.6.0, not in
-# 0.6.0rc1; op-fused-topk-deepseek from 0.6.0rc1; the MOE patches, which share one, from 0.6.0rc1
-# (as MOE says);
+# 0.6.0rc1; op-fused-topk-deepseek from 0.6.0rc1; the MOE patches, which share one, from
+# 0.2.11.post2 (as MOE says);
 # the single-request attention's two from 0.2.6; the wrappers' run() and
 # trtllm_batch_decode_with_kv_cache from 0.6.0, not in 0.6.0rc1)
 # and sha256[:12] of that file, by release, taken from the archives the index verified.
@@ -538,6 +546,9 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     TRTLLM_FP4: _in_moe_core(
         {
+            "0.3.1.post1": "0.3.0",
+            "0.4.0": "0.3.0",
+            "0.5.0": "0.5.0",
             "0.6.0": "0.6.0",
             "0.6.0rc1": "0.6.0",
             "0.6.7": "0.6.3",
@@ -555,6 +566,13 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     TRTLLM_FP8_BLOCK: _in_moe_core(
         {
+            "0.2.11.post2": "0.2.11.post2",
+            "0.2.13": "0.2.11.post2",
+            "0.2.14": "0.2.11.post2",
+            "0.2.14.post1": "0.2.11.post2",
+            "0.3.1.post1": "0.2.11.post2",
+            "0.4.0": "0.4.0",
+            "0.5.0": "0.5.0",
             "0.6.0": "0.6.0",
             "0.6.0rc1": "0.6.0",
             "0.6.7": "0.6.7",
@@ -572,6 +590,13 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     TRTLLM_FP8_TENSOR: _in_moe_core(
         {
+            "0.2.11.post2": "0.2.11.post2",
+            "0.2.13": "0.2.11.post2",
+            "0.2.14": "0.2.11.post2",
+            "0.2.14.post1": "0.2.11.post2",
+            "0.3.1.post1": "0.2.11.post2",
+            "0.4.0": "0.2.11.post2",
+            "0.5.0": "0.5.0",
             "0.6.0": "0.6.0",
             "0.6.0rc1": "0.6.0",
             "0.6.7": "0.6.5",
@@ -628,6 +653,9 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     TRTLLM_FP4_ROUTED: _in_moe_core(
         {
+            "0.3.1.post1": "0.3.0",
+            "0.4.0": "0.3.0",
+            "0.5.0": "0.5.0",
             "0.6.0": "0.6.0",
             "0.6.0rc1": "0.6.0",
             "0.6.7": "0.6.3",
@@ -793,6 +821,7 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     },
     CUTLASS_MOE: _in_moe_core(
         {
+            "0.5.0": "0.5.0",
             "0.6.0": "0.6.0",
             "0.6.0rc1": "0.6.0",
             "0.6.7": "0.6.0",

@@ -906,10 +906,10 @@ def _trtllm_moe(torch, f, name):
     FP4 with bfloat16 activations; with valid_hidden_size where the release has it; FP8 per
     channel, which takes neither output nor routing_replay_out, with workspace_buffer (0.7.4 on).
     Refused: routing_replay_out of another dtype, an output of too few rows (MXINT4 from 0.7.0
-    only: before, its kernel module's op takes any), a valid_hidden_size past the hidden size, FP8
-    per channel's float32 activations (and bfloat16 from 0.7.1). A _routed_ variant takes a packed
-    int32 topk_ids (expert << 16, a bfloat16 weight below) in the logits' place, and, where its
-    annotation says so, a (topk_ids, topk_weights) pair too."""
+    only, FP4 from 0.6.0: before, their kernel module's op takes any), a valid_hidden_size past
+    the hidden size, FP8 per channel's float32 activations (and bfloat16 from 0.7.1). A _routed_
+    variant takes a packed int32 topk_ids (expert << 16, a bfloat16 weight below) in the logits'
+    place, and, where its annotation says so, a (topk_ids, topk_weights) pair too."""
     import inspect
     import typing
 
@@ -948,6 +948,15 @@ def _trtllm_moe(torch, f, name):
             **fixed,
             **more,
         )
+        # FP4's tile_tokens_dim (0.5, deprecated) has no default: None, as SGLang passed it.
+        tile = parameters.get("tile_tokens_dim")
+        if tile is not None and tile.default is inspect.Parameter.empty:
+            values["tile_tokens_dim"] = None
+        # FP8's n_group, topk_group and routed_scaling_factor are an int, an int and a float up
+        # to 0.4.1, which its kernels take (no None): 0, 0 and 1.0 there.
+        for key, value in (("n_group", 0), ("topk_group", 0), ("routed_scaling_factor", 1.0)):
+            if getattr(parameters.get(key), "annotation", None) in (int, float, "int", "float"):
+                values[key] = value
         return {k: v for k, v in values.items() if k in parameters}
 
     def power_of_two(tokens):
@@ -1019,11 +1028,15 @@ def _trtllm_moe(torch, f, name):
             refused.append(
                 ("routing_replay_out beside a shared expert", shared, (*problem(16), replay))
             )
-    # MXINT4's kernel module's op checks a given output from 0.7.0 (with valid_hidden_size) only.
+    # MXINT4's kernel module's op checks a given output from 0.7.0 (with valid_hidden_size) only,
+    # FP4's from 0.6.0 (0.5's, which take tile_tokens_dim, take any).
     mxint4 = base == "trtllm_mxint4_block_scale_moe"
+    unchecked = (mxint4 and "valid_hidden_size" not in parameters) or (
+        fp4 and "tile_tokens_dim" in parameters
+    )
     if "output" in parameters:
         short = (*problem(16), output(8)[-1])
-        if not mxint4 or "valid_hidden_size" in parameters:
+        if not unchecked:
             refused.append(("an output of too few rows", into, short))
         else:
             calls.append(("out: an output of too few rows, unchecked", into, short, None))
@@ -1073,12 +1086,12 @@ def _cutlass_fused_moe(torch, f):
     the routing as token_selected_experts (int32) and token_final_scales (float32). Called by
     keyword; positionally with FlashInfer's defaults; over a dynamic token count; into its own
     output as SGLang calls it (tune_max_num_tokens the next power of two of the token count,
-    the list's first taken), and the whole list of four; with an ActivationType; FP8 and NVFP4
-    weights; with workspace_buffer (0.6.16 on). Refused: an output of too few rows, the min-latency
-    mode; from 0.7.2 a clamped_relu2_limit without ClampedRelu2, and ClampedRelu2 without its
-    limit. profile_ids of one tactic (0.6.16 on) is refused where the kernel module reads them
-    and a call form where it runs the autotuner whatever they say (0.6.16.post3 - 0.6.17): the
-    eager call says which, and the fake must agree either way."""
+    the list's first taken), and the whole list of four; with an ActivationType (0.5.0 on); FP8
+    and NVFP4 weights; with workspace_buffer (0.6.16 on). Refused: an output of too few rows, the
+    min-latency mode; from 0.7.2 a clamped_relu2_limit without ClampedRelu2, and ClampedRelu2
+    without its limit. profile_ids of one tactic (0.6.16 on) is refused where the kernel module
+    reads them and a call form where it runs the autotuner whatever they say (0.6.16.post3 -
+    0.6.17): the eager call says which, and the fake must agree either way."""
     import inspect
 
     import flashinfer.fused_moe.core as core
@@ -1155,7 +1168,12 @@ def _cutlass_fused_moe(torch, f):
         ("out: output=, as SGLang calls it", into, output(16), None),
         ("out: output=, a dynamic token count", sized, problem(40), 0),
         ("out: output=, the list of four", listed, output(16), None),
-        ("an ActivationType", activated, problem(16), None),
+        # activation_type arrives in 0.5.0 (before it, Swiglu).
+        *(
+            [("an ActivationType", activated, problem(16), None)]
+            if "activation_type" in parameters
+            else []
+        ),
         # FP8 with per-tensor scales (four), and NVFP4 weights packed sixteen to an int64 with
         # bfloat16 activations (six scales): the output stays output_dtype, its width
         # fc2_expert_weights' rows.
@@ -1606,17 +1624,29 @@ def _trtllm_moe_module():
     return module
 
 
-# The trtllm MoE kernels that allocate the output they return, (num_tokens, hidden) bfloat16, and
-# leave the output they are passed unwritten (BF16, FP8 per tensor and FP8 block scales before
-# 0.6.5, whose kernel module's op returns what the kernel gives): where hidden_states is among
-# the arguments FlashInfer passes each, by the kernel's name and their number.
+# The trtllm MoE kernels whose output, (num_tokens, hidden) bfloat16, the function returns: BF16's,
+# FP8 per tensor's and FP8 block scales' before 0.6.5. Each allocates it (BF16's always, FP8 per
+# tensor's up to 0.4.0, FP8 block scales' up to 0.3.1.post1, both in 0.6.0 - 0.6.4), or writes the
+# one its kernel module's op passes and returns (FP8's from 0.4.1 or 0.4.0 to 0.5.3): the stand-in
+# gives a new one either way.
+# Where hidden_states is among the arguments FlashInfer passes each, by the kernel's name and
+# their number.
 ALLOCATING = {
+    ("trtllm_bf16_moe", 17): 2,
     ("trtllm_bf16_moe", 18): 2,
+    ("trtllm_fp8_per_tensor_scale_moe", 20): 2,
     ("trtllm_fp8_per_tensor_scale_moe", 21): 2,
+    ("trtllm_fp8_per_tensor_scale_moe", 22): 2,
+    ("trtllm_fp8_block_scale_moe", 21): 2,
     ("trtllm_fp8_block_scale_moe", 22): 2,
     ("trtllm_fp8_block_scale_moe", 24): 4,
     ("trtllm_fp8_block_scale_moe", 25): 4,
 }
+
+# The trtllm MoE kernels that return the output they are passed, finalized, in a list, which the
+# kernel module's op returns (FP4's, with tile_tokens_dim, 0.3.0 - 0.4.0; 0.4.1's op returns a list
+# of its own): where that output is among their arguments, as above.
+LISTING = {("trtllm_fp4_block_scale_moe", 33): 31}
 
 
 def built(getter, stub=None):
@@ -1626,7 +1656,8 @@ def built(getter, stub=None):
     inner = getattr(getter, "__wrapped__", getter)
 
     class Spec(object):
-        def build_and_load(self):
+        # 0.3.0 - 0.4.0's CUTLASS MoE getter names the class it loads (class_name=).
+        def build_and_load(self, **kwargs):
             return stub() if stub is not None else Stub()
 
         # 0.7's trtllm MoE getter asks where its libraries are.
@@ -1638,7 +1669,9 @@ def built(getter, stub=None):
 
     def run(*args, **kwargs):
         space = inner.__globals__
-        saved = {k: v for k, v in space.items() if k.startswith("gen_") and k.endswith("_module")}
+        # 0.3.0 - 0.3.1.post1's trtllm MoE getter calls trtllm_gen_fused_moe_sm100_module.
+        spec = ("gen_", "trtllm_gen_")
+        saved = {k: v for k, v in space.items() if k.startswith(spec) and k.endswith("_module")}
         for key in saved:
             space[key] = lambda *a, **k: Spec()
         try:
@@ -1672,11 +1705,14 @@ class Stub(object):
 
 
 class MoeKernels(Stub):
-    """The trtllm MoE kernels: those that allocate their output (ALLOCATING) give it, of the
-    shape and dtype the kernel gives; the others do nothing."""
+    """The trtllm MoE kernels: those that return their output (ALLOCATING) give a new one, of the
+    shape and dtype the kernel gives, those that return the one passed in a list (LISTING) give
+    that list; the others do nothing."""
 
     def __getattr__(self, name):
         def kernel(*args, **kwargs):
+            if (name, len(args)) in LISTING:
+                return [args[LISTING[name, len(args)]]]
             at = ALLOCATING.get((name, len(args)))
             if at is None:
                 return None
@@ -1709,7 +1745,11 @@ class Curried(Stub):
 
 class Runners(Stub):
     """A Stub whose init() gives a runner whose every kernel does nothing (the CUTLASS MoE's
-    MoERunner keeps what init gives, and runs its kernels)."""
+    MoERunner keeps what init gives, and runs its kernels), and so does calling it (0.3.0 -
+    0.4.0 load the runner's class itself, class_name="FusedMoeRunner", and call it)."""
+
+    def __call__(self, *args, **kwargs):
+        return Stub()
 
     def __getattr__(self, name):
         if name == "init":
