@@ -138,7 +138,7 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         # its samplers are older texts too (the op boundaries cover 0.6.7 on, the renorm
         # samplers 0.6.0 on); it has no flashinfer/concat_ops.py (0.6.0 on), and no
         # fused_topk_deepseek (0.6.0 on); its wrappers' run() are older texts than their ops
-        # cover (0.6.0 on).
+        # cover (0.6.0 on). Its cutlass_fused_moe has an op (0.4.1 on).
         f"{venv}: op-batch-decode-with-paged-kv-cache-run not-applicable",
         f"{venv}: op-batch-prefill-with-paged-kv-cache-run not-applicable",
         f"{venv}: op-batch-prefill-with-ragged-kv-cache-run not-applicable",
@@ -168,9 +168,9 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: op-top-p-sampling-from-probs not-applicable",
         # trtllm_batch_decode_with_kv_cache's op covers 0.6.0 on: 0.5.0's is an older text.
         f"{venv}: op-trtllm-batch-decode-with-kv-cache not-applicable",
-        # The fused MoE's ops begin at 0.5.0 for FP4, its routed variant, FP8 block scales and
-        # FP8 per tensor; 0.5.0 has no trtllm_bf16_moe (0.5.3 on), and the other variants' ops
-        # begin later.
+        # The fused MoE's ops cover 0.5.0's FP4 and its routed variant (0.3.0 on), FP8 block
+        # scales and FP8 per tensor (0.2.11.post2 on); 0.5.0 has no trtllm_bf16_moe (0.5.3 on),
+        # and the other variants' ops begin later.
         f"{venv}: op-trtllm-bf16-moe not-applicable",
         f"{venv}: op-trtllm-bf16-routed-moe not-applicable",
         f"{venv}: op-trtllm-fp4-block-scale-moe pristine",

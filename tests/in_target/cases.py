@@ -61,10 +61,12 @@ def _has(fn, parameter):
 
 
 def _tile(fn):
-    """tile_tokens_dim=None where fn takes it without a default (FP4's in 0.5, deprecated), as
-    SGLang passed it then."""
+    """tile_tokens_dim where fn takes it (FP4's, 0.3.0 - 0.5.3): its default (8 up to 0.4.0, None
+    in 0.4.1), or None where it has none (0.5, deprecated), as SGLang passed it then."""
     tile = inspect.signature(fn).parameters.get("tile_tokens_dim")
-    return {"tile_tokens_dim": None} if tile and tile.default is inspect.Parameter.empty else {}
+    if tile is None:
+        return {}
+    return {"tile_tokens_dim": None if tile.default is inspect.Parameter.empty else tile.default}
 
 
 def _grouping(fn):
@@ -453,7 +455,8 @@ def _fused_moe(f):
     bf16 = getattr(moe, "trtllm_bf16_moe", None)
     if fp4 is None or not hasattr(f.utils, "_fi_patch_boundaries"):
         return {}
-    fp4_op = "trtllm_fp4_block_scale_moe" in f.utils._fi_patch_boundaries
+    # FP4's 0.2.x texts stay as they are; from 0.3.0 a release without its op fails these cases.
+    fp4_op = not f.__version__.startswith("0.2.")
     experts, top_k, hidden, inter = 8, 2, 256, 128
     fp8 = torch.float8_e4m3fn
 

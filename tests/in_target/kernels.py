@@ -229,10 +229,11 @@ def _no_aux_tc(
 # the kernel has none: finalized), routing_replay_out, topk_ids and the experts' weights, by the
 # number of arguments FlashInfer passes it in 0.6.0 - 0.6.7 (the first keys, by release), 0.6.8,
 # 0.7.0 and 0.7.4 (BF16, FP4, FP8 block scales, FP8 per tensor and its routed kernel, FP8 per
-# channel, MXINT4; MXINT4's 31 is 0.6.13 - 0.6.18.post1's), and the older ones: FP4's 33 and FP8
-# per tensor's 20 and FP8 block scales' 21 (0.2.11.post2 - 0.4.1, where each takes them). The
-# kernels' argument lists differ by release; the stand-in reads these alone, and the compiled
-# cases run 0.3.0, 0.5.0, 0.5.3, 0.6.0, 0.6.5, 0.6.8.post1 and 0.7.4.
+# channel, MXINT4; MXINT4's 31 is 0.6.13 - 0.6.18.post1's), and the older ones: BF16's 17
+# (0.5.3), FP4's 33 (0.2.14 - 0.4.1), FP8 per tensor's 20 (0.2.11.post2 - 0.4.0) and FP8 block
+# scales' 21 (0.2.11.post2 - 0.3.1.post1). The kernels' argument lists differ by release; the
+# stand-in reads these alone, and the compiled cases run 0.3.0, 0.4.1, 0.5.3, 0.6.0, 0.6.5,
+# 0.6.8.post1 and 0.7.4.
 _MOE_ARGUMENTS = {
     "trtllm_bf16_moe": {
         17: (None, 0, 2, 3, 4, None, 6, None, None, None, None),
@@ -292,10 +293,11 @@ _MOE_ARGUMENTS = {
 # FP8 block scales before 0.6.5), by kind and number of arguments, as above. The stand-in writes
 # the output FlashInfer passes, where it passes one, and returns it; where it passes none (BF16
 # before 0.6.5, FP8 per tensor up to 0.4.0, FP8 block scales up to 0.3.1.post1), it allocates.
-# (0.6.0 - 0.6.4's kernels allocate their own and leave the one passed, a buffer of the kernel
-# module's op that no caller sees, unwritten; 0.4.0 - 0.5.3's write the one passed, which the op
-# returns.) FP4's with tile_tokens_dim (0.3.0 - 0.4.1) return it in a list, which the kernel
-# module's op returns up to 0.4.0 (_MOE_LISTING).
+# (0.5.3 - 0.6.4's FP8 kernels allocate their own and leave the one passed, a buffer of the kernel
+# module's op that no caller sees, unwritten; FP8 block scales' 0.4.0 - 0.5.2 and FP8 per
+# tensor's 0.4.1 - 0.5.2 write the one passed, which the op returns.) FP4's with tile_tokens_dim
+# return it in a list up to 0.4.0, which the kernel module's op returns (_MOE_LISTING; 0.4.1's
+# kernel returns an empty one and its op a list of its own).
 _MOE_LISTING = {("trtllm_fp4_block_scale_moe", 33)}
 _MOE_RETURNING = {
     ("trtllm_bf16_moe", 17),

@@ -1029,7 +1029,7 @@ def _trtllm_moe(torch, f, name):
                 ("routing_replay_out beside a shared expert", shared, (*problem(16), replay))
             )
     # MXINT4's kernel module's op checks a given output from 0.7.0 (with valid_hidden_size) only,
-    # FP4's from 0.6.0 (0.5's, which take tile_tokens_dim, take any).
+    # FP4's from 0.6.0 (0.3.0 - 0.5.3's, which take tile_tokens_dim, take any).
     mxint4 = base == "trtllm_mxint4_block_scale_moe"
     unchecked = (mxint4 and "valid_hidden_size" not in parameters) or (
         fp4 and "tile_tokens_dim" in parameters
@@ -1626,9 +1626,9 @@ def _trtllm_moe_module():
 
 # The trtllm MoE kernels whose output, (num_tokens, hidden) bfloat16, the function returns: BF16's,
 # FP8 per tensor's and FP8 block scales' before 0.6.5. Each allocates it (BF16's always, FP8 per
-# tensor's up to 0.4.0, FP8 block scales' up to 0.3.1.post1, both in 0.6.0 - 0.6.4), or writes the
-# one its kernel module's op passes and returns (FP8's from 0.4.1 or 0.4.0 to 0.5.3): the stand-in
-# gives a new one either way.
+# tensor's up to 0.4.0, FP8 block scales' up to 0.3.1.post1, both from 0.5.3), or writes the one
+# its kernel module's op passes and returns (FP8 block scales' in 0.4.0 - 0.5.2, FP8 per tensor's
+# in 0.4.1 - 0.5.2): the stand-in gives a new one either way.
 # Where hidden_states is among the arguments FlashInfer passes each, by the kernel's name and
 # their number.
 ALLOCATING = {
@@ -1656,8 +1656,7 @@ def built(getter, stub=None):
     inner = getattr(getter, "__wrapped__", getter)
 
     class Spec(object):
-        # 0.3.0 - 0.4.0's CUTLASS MoE getter names the class it loads (class_name=).
-        def build_and_load(self, **kwargs):
+        def build_and_load(self):
             return stub() if stub is not None else Stub()
 
         # 0.7's trtllm MoE getter asks where its libraries are.
@@ -1669,7 +1668,7 @@ def built(getter, stub=None):
 
     def run(*args, **kwargs):
         space = inner.__globals__
-        # 0.3.0 - 0.3.1.post1's trtllm MoE getter calls trtllm_gen_fused_moe_sm100_module.
+        # 0.2.9 - 0.3.0.post1's trtllm MoE getter calls trtllm_gen_fused_moe_sm100_module.
         spec = ("gen_", "trtllm_gen_")
         saved = {k: v for k, v in space.items() if k.startswith(spec) and k.endswith("_module")}
         for key in saved:
@@ -1745,11 +1744,7 @@ class Curried(Stub):
 
 class Runners(Stub):
     """A Stub whose init() gives a runner whose every kernel does nothing (the CUTLASS MoE's
-    MoERunner keeps what init gives, and runs its kernels), and so does calling it (0.3.0 -
-    0.4.0 load the runner's class itself, class_name="FusedMoeRunner", and call it)."""
-
-    def __call__(self, *args, **kwargs):
-        return Stub()
+    MoERunner keeps what init gives, and runs its kernels)."""
 
     def __getattr__(self, name):
         if name == "init":
