@@ -404,7 +404,7 @@ def _experts(f):
     """The MoE path's routing: fused_topk_deepseek (flashinfer.fused_moe's, 0.6.0 on) writing the
     weights and experts of DeepSeek-V3's grouped top-k, as SGLang's op calls it, with
     routing_replay_out where the release takes it (0.6.8 on), over a dynamic token count; then
-    the fused MoE (_fused_moe), which 0.5 has without it."""
+    the fused MoE (_fused_moe), which releases before 0.6.0 have without it."""
     fused = getattr(getattr(f, "fused_moe", None), "fused_topk_deepseek", None)
     if fused is None:
         return _fused_moe(f)
