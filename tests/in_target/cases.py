@@ -61,8 +61,9 @@ def _has(fn, parameter):
 
 
 def _tile(fn):
-    """tile_tokens_dim where fn takes it (FP4's, 0.3.0 - 0.5.3): its default (8 up to 0.4.0, None
-    in 0.4.1), or None where it has none (0.5, deprecated), as SGLang passed it then."""
+    """tile_tokens_dim where fn takes it (FP4's, 0.2.11.post3 - 0.5.3): its default (8 up to
+    0.4.0, None in 0.4.1), or None where it has none (0.5, deprecated), as SGLang passed it
+    then."""
     tile = inspect.signature(fn).parameters.get("tile_tokens_dim")
     if tile is None:
         return {}
@@ -449,14 +450,15 @@ def _fused_moe(f):
     the token count, the first of the list it returns) over a dynamic token count, FP4 and BF16
     positionally with FlashInfer's defaults (BF16 where the release has it: 0.5.3 on), each with
     routing_replay_out written (its rows past the token count left as they were), BF16 into an
-    output (0.6.14 on). FP4's where fi-patch gives it an op (0.3.0 on: FP8's come earlier)."""
+    output (0.6.14 on). FP4's where fi-patch gives it an op (0.2.11.post3 on: FP8's from 0.2.9)."""
     moe = getattr(f, "fused_moe", None)
     fp4 = getattr(moe, "trtllm_fp4_block_scale_moe", None)
     bf16 = getattr(moe, "trtllm_bf16_moe", None)
     if fp4 is None or not hasattr(f.utils, "_fi_patch_boundaries"):
         return {}
-    # FP4's 0.2.x texts stay as they are; from 0.3.0 a release without its op fails these cases.
-    fp4_op = not f.__version__.startswith("0.2.")
+    # FP4's texts of 0.2.9 - 0.2.11.post2 stay as they are; from 0.2.11.post3 a release without its
+    # op fails these cases.
+    fp4_op = f.__version__ not in ("0.2.9", "0.2.10", "0.2.11", "0.2.11.post1", "0.2.11.post2")
     experts, top_k, hidden, inter = 8, 2, 256, 128
     fp8 = torch.float8_e4m3fn
 
@@ -501,10 +503,16 @@ def _fused_moe(f):
             routed_scaling_factor=None,
             routing_method_type=1,
             do_finalize=True,
-            tune_max_num_tokens=f.utils.next_positive_power_of_2(tokens),
             output=output,
             **_tile(fp4),
+            **tuned(tokens),
         )[0]
+
+    def tuned(tokens):
+        # tune_max_num_tokens where FP4 takes it (0.2.13 on).
+        if not _has(fp4, "tune_max_num_tokens"):
+            return {}
+        return {"tune_max_num_tokens": f.utils.next_positive_power_of_2(tokens)}
 
     def bf16_problem(tokens=6, seed=0):
         return [

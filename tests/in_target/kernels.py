@@ -230,10 +230,11 @@ def _no_aux_tc(
 # number of arguments FlashInfer passes it in 0.6.0 - 0.6.7 (the first keys, by release), 0.6.8,
 # 0.7.0 and 0.7.4 (BF16, FP4, FP8 block scales, FP8 per tensor and its routed kernel, FP8 per
 # channel, MXINT4; MXINT4's 31 is 0.6.13 - 0.6.18.post1's), and the older ones: BF16's 17
-# (0.5.3), FP4's 33 (0.2.14 - 0.4.1), FP8 per tensor's 20 (0.2.11.post2 - 0.4.0) and FP8 block
-# scales' 21 (0.2.11.post2 - 0.3.1.post1). The kernels' argument lists differ by release; the
-# stand-in reads these alone, and the compiled cases run 0.3.0, 0.4.1, 0.5.3, 0.6.0, 0.6.5,
-# 0.6.8.post1 and 0.7.4.
+# (0.5.3), FP4's 30 (0.2.10 - 0.2.11.post1), 31 (0.2.11.post2 - 0.2.12), 32 (0.2.13:
+# _MOE_ARGUMENTS_0_2) and 33 (0.2.14 - 0.4.1), FP8 per tensor's 19 (0.2.9 - 0.2.11.post1) and 20
+# (0.2.11.post2 - 0.4.0) and FP8 block scales' 20 (0.2.9 - 0.2.11.post1) and 21 (0.2.11.post2 -
+# 0.3.1.post1). The kernels' argument lists differ by release; the stand-in reads these alone, and
+# the compiled cases run 0.2.10, 0.2.13, 0.3.0, 0.4.1, 0.5.3, 0.6.0, 0.6.5, 0.6.8.post1 and 0.7.4.
 _MOE_ARGUMENTS = {
     "trtllm_bf16_moe": {
         17: (None, 0, 2, 3, 4, None, 6, None, None, None, None),
@@ -244,6 +245,8 @@ _MOE_ARGUMENTS = {
         35: (0, 1, 5, 6, 7, 12, 14, 24, 29, 3, 4),
     },
     "trtllm_fp4_block_scale_moe": {
+        30: (None, 0, 4, 6, 12, 29, 19, 28, None, 1, 2),
+        31: (None, 0, 4, 6, 12, 30, 19, 28, None, 1, 2),
         32: (None, 0, 4, 6, 12, 30, 19, 27, None, 1, 2),
         33: (None, 0, 4, 6, 12, 31, 19, 28, None, 1, 2),
         34: (None, 0, 4, 6, 12, 30, 19, 27, 33, 1, 2),
@@ -251,6 +254,7 @@ _MOE_ARGUMENTS = {
         46: (0, 1, 5, 7, 14, 34, 22, 31, 37, 2, 3),
     },
     "trtllm_fp8_block_scale_moe": {
+        20: (None, 0, 2, 4, 6, None, 9, None, None, None, None),
         21: (None, 0, 2, 4, 6, None, 9, None, None, None, None),
         22: (None, 0, 2, 4, 6, 8, 10, None, None, None, None),
         24: (None, 0, 4, 6, 8, 10, 12, None, None, 1, 2),
@@ -262,6 +266,7 @@ _MOE_ARGUMENTS = {
         44: (0, 1, 5, 7, 14, 17, 19, 30, 36, 2, 3),
     },
     "trtllm_fp8_per_tensor_scale_moe": {
+        19: (None, 0, 2, 3, 6, None, 9, None, None, None, None),
         20: (None, 0, 2, 3, 6, None, 9, None, None, None, None),
         21: (None, 0, 2, 3, 6, 8, 10, None, None, None, None),
         23: (None, 0, 2, 3, 6, 8, 10, 19, None, None, None),
@@ -296,14 +301,28 @@ _MOE_ARGUMENTS = {
 # (0.5.3 - 0.6.4's FP8 kernels allocate their own and leave the one passed, a buffer of the kernel
 # module's op that no caller sees, unwritten; FP8 block scales' 0.4.0 - 0.5.2 and FP8 per
 # tensor's 0.4.1 - 0.5.2 write the one passed, which the op returns.) FP4's with tile_tokens_dim
-# return it in a list up to 0.4.0, which the kernel module's op returns (_MOE_LISTING; 0.4.1's
-# kernel returns an empty one and its op a list of its own).
-_MOE_LISTING = {("trtllm_fp4_block_scale_moe", 33)}
+# return it in a list (0.2.10 - 0.4.0), which the kernel module's op returns (_MOE_LISTING; 0.4.1's
+# kernel returns an empty one and its op a list of its own; so does 0.6.0 - 0.6.7's op, whose kernel
+# also takes 32 arguments).
+_MOE_LISTING = {
+    ("trtllm_fp4_block_scale_moe", 30),
+    ("trtllm_fp4_block_scale_moe", 31),
+    ("trtllm_fp4_block_scale_moe", 32),
+    ("trtllm_fp4_block_scale_moe", 33),
+}
+
+# 0.2.13's FP4 kernel takes 32 arguments, as 0.6.0 - 0.6.7's does, with tile_tokens_dim among them
+# and do_finalize one later: a 0.2 release reads these first.
+_MOE_ARGUMENTS_0_2 = {
+    ("trtllm_fp4_block_scale_moe", 32): (None, 0, 4, 6, 12, 30, 19, 28, None, 1, 2),
+}
 _MOE_RETURNING = {
     ("trtllm_bf16_moe", 17),
     ("trtllm_bf16_moe", 18),
+    ("trtllm_fp8_per_tensor_scale_moe", 19),
     ("trtllm_fp8_per_tensor_scale_moe", 20),
     ("trtllm_fp8_per_tensor_scale_moe", 21),
+    ("trtllm_fp8_block_scale_moe", 20),
     ("trtllm_fp8_block_scale_moe", 21),
     ("trtllm_fp8_block_scale_moe", 22),
     ("trtllm_fp8_block_scale_moe", 24),
@@ -327,6 +346,8 @@ def _trtllm_moe(kind):
 
     def kernel(*args):
         where = _MOE_ARGUMENTS[kind].get(len(args))
+        if sys.modules["flashinfer"].__version__.startswith("0.2."):
+            where = _MOE_ARGUMENTS_0_2.get((kind, len(args)), where)
         if where is None:
             raise LookupError(f"no CPU stand-in for {kind} with {len(args)} arguments")
         picked = (None if i is None else args[i] for i in where)

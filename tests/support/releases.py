@@ -88,8 +88,9 @@ ROUTED = (
     TRTLLM_MXINT4_ROUTED,
 )
 """The op-boundary patches of the trtllm fused MoE's _routed_ variants: TRTLLM_FP4_ROUTED from
-0.3.0, TRTLLM_BF16_ROUTED from 0.6.5, TRTLLM_FP8_BLOCK_ROUTED from 0.6.8, TRTLLM_MXINT4_ROUTED
-from 0.6.13, TRTLLM_FP8_TENSOR_ROUTED from 0.6.17, TRTLLM_FP8_CHANNEL_ROUTED from 0.7.0."""
+0.2.10, where it arrives, TRTLLM_BF16_ROUTED from 0.6.5, TRTLLM_FP8_BLOCK_ROUTED from 0.6.8,
+TRTLLM_MXINT4_ROUTED from 0.6.13, TRTLLM_FP8_TENSOR_ROUTED from 0.6.17, TRTLLM_FP8_CHANNEL_ROUTED
+from 0.7.0."""
 MOE = (
     TRTLLM_BF16,
     TRTLLM_BF16_ROUTED,
@@ -105,9 +106,9 @@ MOE = (
     TRTLLM_MXINT4_ROUTED,
 )
 """The op-boundary patches of the trtllm fused MoE, in MOE_CORE, in registry order: FP8 block
-scales and FP8 per tensor from 0.2.11.post2 (not FP8 per tensor's 0.6.3 - 0.6.4), FP4 from 0.3.0,
-BF16 from 0.5.3, where it arrives, MXINT4 from 0.6.5, TRTLLM_FP8_CHANNEL from 0.7.0, ROUTED as it
-says."""
+scales and FP8 per tensor from 0.2.9, where they arrive (not FP8 per tensor's 0.6.3 - 0.6.4), FP4
+from 0.2.11.post3, BF16 from 0.5.3, where it arrives, MXINT4 from 0.6.5, TRTLLM_FP8_CHANNEL from
+0.7.0, ROUTED as it says."""
 QUANTIZERS = (INTERLEAVE, MXFP8, BATCHED, GROUPED, SILU_EXPERTS)
 """The op-boundary patches of the quantizers: silu_and_mul_scaled_nvfp4_experts_quantize in
 flashinfer/activation.py from 0.6.0; from 0.6.7 mxfp8_quantize in FP8_QUANT and the others in
@@ -147,7 +148,7 @@ BOUNDARIES = (
 in flashinfer/gemm/gemm_base.py, QUANTIZERS, in flashinfer/sampling.py the samplers (MIN_P,
 TOP_K, TOP_K_TOP_P, TOP_P, from 0.6.7) and the renorm samplers (MASK, TOP_K_RENORM,
 TOP_P_RENORM, from 0.6.0), concat_mla_k (CONCAT) in CONCAT_OPS and fused_topk_deepseek
-(TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, MOE in MOE_CORE, from 0.2.11.post2 (as MOE says),
+(TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, MOE in MOE_CORE, from 0.2.9 (as MOE says),
 cutlass_fused_moe (CUTLASS_MOE) in MOE_CORE, from 0.4.1, the single-request attention
 (SINGLE_DECODE in DECODE, SINGLE_PREFILL in PREFILL), from 0.2.6, the wrappers' run()
 (BATCH_DECODE in DECODE, BATCH_PREFILL and BATCH_RAGGED in PREFILL), from 0.6.0, and
@@ -446,6 +447,7 @@ BOUNDARY_SHA256 = {
 
 # sha256[:12] of MOE_CORE by release, which the MOE patches share.
 MOE_CORE_SHA256 = {
+    "0.2.9": "60d201705bb1",
     "0.2.11.post2": "8c5bd230e72f",
     "0.2.13": "70c2791bf1d3",
     "0.2.14": "8d097a3177b4",
@@ -475,8 +477,8 @@ def _in_moe_core(shapes: dict[str, str]) -> dict[str, tuple[str, str]]:
 
 
 # The shape of each op-* patch that holds a file of its own (op-concat-mla-k from 0.6.0, not in
-# 0.6.0rc1; op-fused-topk-deepseek from 0.6.0rc1; the MOE patches, which share one, from
-# 0.2.11.post2 (as MOE says);
+# 0.6.0rc1; op-fused-topk-deepseek from 0.6.0rc1; the MOE patches, which share one, from 0.2.9
+# (as MOE says);
 # the single-request attention's two from 0.2.6; the wrappers' run() and
 # trtllm_batch_decode_with_kv_cache from 0.6.0, not in 0.6.0rc1)
 # and sha256[:12] of that file, by release, taken from the archives the index verified.
@@ -546,6 +548,9 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     TRTLLM_FP4: _in_moe_core(
         {
+            "0.2.13": "0.2.13",
+            "0.2.14": "0.2.14",
+            "0.2.14.post1": "0.2.14",
             "0.3.1.post1": "0.3.0",
             "0.4.0": "0.3.0",
             "0.5.0": "0.5.0",
@@ -566,6 +571,7 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     TRTLLM_FP8_BLOCK: _in_moe_core(
         {
+            "0.2.9": "0.2.9",
             "0.2.11.post2": "0.2.11.post2",
             "0.2.13": "0.2.11.post2",
             "0.2.14": "0.2.11.post2",
@@ -590,6 +596,7 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     TRTLLM_FP8_TENSOR: _in_moe_core(
         {
+            "0.2.9": "0.2.9",
             "0.2.11.post2": "0.2.11.post2",
             "0.2.13": "0.2.11.post2",
             "0.2.14": "0.2.11.post2",
@@ -653,6 +660,10 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     ),
     TRTLLM_FP4_ROUTED: _in_moe_core(
         {
+            "0.2.11.post2": "0.2.11.post2",
+            "0.2.13": "0.2.13",
+            "0.2.14": "0.2.14",
+            "0.2.14.post1": "0.2.14",
             "0.3.1.post1": "0.3.0",
             "0.4.0": "0.3.0",
             "0.5.0": "0.5.0",

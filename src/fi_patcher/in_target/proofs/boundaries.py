@@ -1634,9 +1634,11 @@ def _trtllm_moe_module():
 ALLOCATING = {
     ("trtllm_bf16_moe", 17): 2,
     ("trtllm_bf16_moe", 18): 2,
+    ("trtllm_fp8_per_tensor_scale_moe", 19): 2,
     ("trtllm_fp8_per_tensor_scale_moe", 20): 2,
     ("trtllm_fp8_per_tensor_scale_moe", 21): 2,
     ("trtllm_fp8_per_tensor_scale_moe", 22): 2,
+    ("trtllm_fp8_block_scale_moe", 20): 2,
     ("trtllm_fp8_block_scale_moe", 21): 2,
     ("trtllm_fp8_block_scale_moe", 22): 2,
     ("trtllm_fp8_block_scale_moe", 24): 4,
@@ -1644,9 +1646,16 @@ ALLOCATING = {
 }
 
 # The trtllm MoE kernels that return the output they are passed, finalized, in a list, which the
-# kernel module's op returns (FP4's, with tile_tokens_dim, 0.3.0 - 0.4.0; 0.4.1's op returns a list
-# of its own): where that output is among their arguments, as above.
-LISTING = {("trtllm_fp4_block_scale_moe", 33): 31}
+# kernel module's op returns (FP4's, with tile_tokens_dim, 0.2.10 - 0.4.0: 30 arguments in 0.2.10 -
+# 0.2.11.post1's, 31 in 0.2.11.post2 - 0.2.12's, 32 in 0.2.13's, 33 from 0.2.14; 0.4.1's op returns
+# a list of its own, as 0.6.0 - 0.6.7's, whose kernel also takes 32): where that output is among
+# their arguments, as above.
+LISTING = {
+    ("trtllm_fp4_block_scale_moe", 30): 29,
+    ("trtllm_fp4_block_scale_moe", 31): 30,
+    ("trtllm_fp4_block_scale_moe", 32): 30,
+    ("trtllm_fp4_block_scale_moe", 33): 31,
+}
 
 
 def built(getter, stub=None):
