@@ -168,9 +168,9 @@ def test_quiet_prints_only_outcomes(runner: CliRunner, venv_with: MakeVenv) -> N
         f"{venv}: op-top-p-sampling-from-probs not-applicable",
         # trtllm_batch_decode_with_kv_cache's op covers 0.6.0 on: 0.5.0's is an older text.
         f"{venv}: op-trtllm-batch-decode-with-kv-cache not-applicable",
-        # The fused MoE's ops cover 0.5.0's FP4 and its routed variant (0.3.0 on), FP8 block
-        # scales and FP8 per tensor (0.2.11.post2 on); 0.5.0 has no trtllm_bf16_moe (0.5.3 on),
-        # and the other variants' ops begin later.
+        # The fused MoE's ops cover 0.5.0's FP4 (0.2.11.post3 on) and its routed variant (0.2.10
+        # on), FP8 block scales and FP8 per tensor (0.2.9 on); 0.5.0 has no trtllm_bf16_moe
+        # (0.5.3 on), and the other variants' ops begin later.
         f"{venv}: op-trtllm-bf16-moe not-applicable",
         f"{venv}: op-trtllm-bf16-routed-moe not-applicable",
         f"{venv}: op-trtllm-fp4-block-scale-moe pristine",

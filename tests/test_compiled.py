@@ -196,7 +196,7 @@ def test_compiled_equals_eager(
 
 # The fused MoE's texts before 0.6.8, each with cases of its own: 0.2.10 (FP8 without enable_pdl,
 # the routed FP4's kernel of 30 arguments; its unrouted FP4 stays as it is), 0.2.13 (FP4 without
-# gated_act_type: a kernel of 32 arguments, as 0.6.0's, read otherwise), 0.3.0 (FP4's
+# gated_act_type: a kernel of 32 arguments, as 0.5.0 - 0.6.7.post3's, read otherwise), 0.3.0 (FP4's
 # tile_tokens_dim, 8 by default, and the kernel's list returned; FP8's kernels allocate the output
 # they return, and its n_group is an int), 0.4.1 (CUTLASS arrives, without activation_type; FP8's
 # kernels write the output they are passed), 0.5.3 (BF16 arrives; FP8 takes tune_max_num_tokens),

@@ -61,9 +61,9 @@ def _has(fn, parameter):
 
 
 def _tile(fn):
-    """tile_tokens_dim where fn takes it (FP4's, 0.2.11.post3 - 0.5.3): its default (8 up to
-    0.4.0, None in 0.4.1), or None where it has none (0.5, deprecated), as SGLang passed it
-    then."""
+    """tile_tokens_dim where fn takes it (FP4's and the routed FP4's where fi-patch gives them an
+    op, 0.2.11.post3 and 0.2.10 - 0.5.3): its default (8 up to 0.4.0, None in 0.4.1), or None
+    where it has none (0.5, deprecated), as SGLang passed it then."""
     tile = inspect.signature(fn).parameters.get("tile_tokens_dim")
     if tile is None:
         return {}
@@ -447,10 +447,11 @@ def _experts(f):
 def _fused_moe(f):
     """The trtllm fused MoE, finalized, over 8 experts, top 2, a hidden size of 256: FP4 as SGLang
     calls it (by keyword, into an output of its own, tune_max_num_tokens the next power of two of
-    the token count, the first of the list it returns) over a dynamic token count, FP4 and BF16
-    positionally with FlashInfer's defaults (BF16 where the release has it: 0.5.3 on), each with
-    routing_replay_out written (its rows past the token count left as they were), BF16 into an
-    output (0.6.14 on). FP4's where fi-patch gives it an op (0.2.11.post3 on: FP8's from 0.2.9)."""
+    the token count where it takes one, the first of the list it returns) over a dynamic token
+    count, FP4 and BF16 positionally with FlashInfer's defaults (BF16 where the release has it:
+    0.5.3 on), each with routing_replay_out written (its rows past the token count left as they
+    were), BF16 into an output (0.6.14 on). FP4's where fi-patch gives it an op (0.2.11.post3 on:
+    FP8's from 0.2.9)."""
     moe = getattr(f, "fused_moe", None)
     fp4 = getattr(moe, "trtllm_fp4_block_scale_moe", None)
     bf16 = getattr(moe, "trtllm_bf16_moe", None)
@@ -843,7 +844,7 @@ def _fp8_moe(f, experts, top_k, hidden, inter, replay):
 
 
 def _routed_moe(f, experts, top_k, hidden, inter, replay):
-    """The _routed_ trtllm MoE where fi-patch gave it an op (FP4 0.6.0 on), the routing given as
+    """The _routed_ trtllm MoE where fi-patch gave it an op (FP4 0.2.10 on), the routing given as
     topk_ids: each by keyword with a packed topk_ids (expert << 16 | the bfloat16 weight's bits),
     with a (topk_ids, topk_weights) pair where it takes one, writing routing_replay_out where it
     takes it, into an output where it takes one, and with workspace_buffer where that is all it

@@ -302,8 +302,8 @@ _MOE_ARGUMENTS = {
 # module's op that no caller sees, unwritten; FP8 block scales' 0.4.0 - 0.5.2 and FP8 per
 # tensor's 0.4.1 - 0.5.2 write the one passed, which the op returns.) FP4's with tile_tokens_dim
 # return it in a list (0.2.10 - 0.4.0), which the kernel module's op returns (_MOE_LISTING; 0.4.1's
-# kernel returns an empty one and its op a list of its own; so does 0.6.0 - 0.6.7's op, whose kernel
-# also takes 32 arguments).
+# kernel returns an empty one and its op a list of its own; so does 0.5.0 - 0.6.7.post3's op, whose
+# kernel also takes 32 arguments, finalized).
 _MOE_LISTING = {
     ("trtllm_fp4_block_scale_moe", 30),
     ("trtllm_fp4_block_scale_moe", 31),
@@ -311,8 +311,9 @@ _MOE_LISTING = {
     ("trtllm_fp4_block_scale_moe", 33),
 }
 
-# 0.2.13's FP4 kernel takes 32 arguments, as 0.6.0 - 0.6.7's does, with tile_tokens_dim among them
-# and do_finalize one later: a 0.2 release reads these first.
+# 0.2.13's FP4 kernel takes 32 arguments, as 0.5.0 - 0.6.7.post3's does, with tile_tokens_dim among
+# them and do_finalize one later (as FlashInfer's op calls it; its autotuner's runner passes
+# enable_pdl there, which the compiled cases never tune): a 0.2 release reads these first.
 _MOE_ARGUMENTS_0_2 = {
     ("trtllm_fp4_block_scale_moe", 32): (None, 0, 4, 6, 12, 30, 19, 28, None, 1, 2),
 }

@@ -1029,7 +1029,7 @@ def _trtllm_moe(torch, f, name):
                 ("routing_replay_out beside a shared expert", shared, (*problem(16), replay))
             )
     # MXINT4's kernel module's op checks a given output from 0.7.0 (with valid_hidden_size) only,
-    # FP4's from 0.6.0 (0.3.0 - 0.5.3's, which take tile_tokens_dim, take any).
+    # FP4's from 0.6.0 (0.2.10 - 0.5.3's, which take tile_tokens_dim, take any).
     mxint4 = base == "trtllm_mxint4_block_scale_moe"
     unchecked = (mxint4 and "valid_hidden_size" not in parameters) or (
         fp4 and "tile_tokens_dim" in parameters
@@ -1648,8 +1648,8 @@ ALLOCATING = {
 # The trtllm MoE kernels that return the output they are passed, finalized, in a list, which the
 # kernel module's op returns (FP4's, with tile_tokens_dim, 0.2.10 - 0.4.0: 30 arguments in 0.2.10 -
 # 0.2.11.post1's, 31 in 0.2.11.post2 - 0.2.12's, 32 in 0.2.13's, 33 from 0.2.14; 0.4.1's op returns
-# a list of its own, as 0.6.0 - 0.6.7's, whose kernel also takes 32): where that output is among
-# their arguments, as above.
+# a list of its own, as 0.5.0 - 0.6.7.post3's, whose kernel also takes 32, where the proof calls
+# it finalized): where that output is among their arguments, as above.
 LISTING = {
     ("trtllm_fp4_block_scale_moe", 30): 29,
     ("trtllm_fp4_block_scale_moe", 31): 30,
