@@ -1509,11 +1509,10 @@ def _fi_patch_fake_fused_topk_deepseek(
 # the token count and a width within the hidden size, AssertionError; valid_hidden_size's width
 # where given, ValueError: FP4, FP8 block scales and MXINT4 from 0.7.0) or "unchecked" (taken as it
 # is: MXINT4 up to 0.6.18.post1, FP4 from 0.2.11.post3 and its routed variant from 0.2.10, to
-# 0.5.3). FP8 with
-# per-channel scales takes no output, and its rule is the activations it takes: "per-channel"
-# (bfloat16, float16 or FP8, in the kernel module's op: 0.7.0) or "per-channel-fp8" (FP8 only, in
-# the function: 0.7.1 on), ValueError. The routing, the autotuner and the kernel's own checks run
-# in the op.
+# 0.5.3). FP8 with per-channel scales takes no output, and its rule is the activations it takes:
+# "per-channel" (bfloat16, float16 or FP8, in the kernel module's op: 0.7.0) or "per-channel-fp8"
+# (FP8 only, in the function: 0.7.1 on), ValueError. The routing, the autotuner and the kernel's
+# own checks run in the op.
 def _fi_patch_fake_trtllm_moe(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
     import inspect
 
