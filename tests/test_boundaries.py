@@ -185,7 +185,7 @@ PROVEN = {
     "cutlass_fused_moe": (
         "by keyword, positional, FlashInfer's defaults, a dynamic token count, "
         "out: output=, as SGLang calls it, out: output=, a dynamic token count, "
-        "out: output=, the list of four, an ActivationType, FP8 weights and activations, "
+        "out: output=, the whole list, an ActivationType, FP8 weights and activations, "
         "NVFP4 weights, bfloat16 activations, writes: workspace_buffer",
         CUTLASS_REFUSED + ", a clamped_relu2_limit without ClampedRelu2, "
         "ClampedRelu2 without its limit",
@@ -397,6 +397,8 @@ BEFORE["trtllm_fp8_per_channel_scale_routed_moe"] = BEFORE["trtllm_fp8_per_chann
 # cutlass_fused_moe takes workspace_buffer and profile_ids from 0.6.16 (0.6.16.post3 - 0.6.17
 # ignore the tactics: a test of its own).
 CUTLASS_OLDER = PROVEN["cutlass_fused_moe"][0].removesuffix(", writes: workspace_buffer")
+# Before 0.5.0 there is no activation_type.
+CUTLASS_ONE = CUTLASS_OLDER.replace(", an ActivationType", "")
 BEFORE["cutlass_fused_moe"] = (
     ("0.6.16", CUTLASS_OLDER, CUTLASS_REFUSED.removesuffix(", profile_ids of one tactic")),
     ("0.7.2", PROVEN["cutlass_fused_moe"][0], CUTLASS_REFUSED),
@@ -555,6 +557,20 @@ def test_an_op_boundary_names_its_rule_and_requires_the_placed_code() -> None:
         parse_patch(
             "x.toml",
             moe.replace("listed = true", 'listed = true\nuncapturable = { do_finalize = "true" }'),
+        )
+    # A shape's own returns and check (cutlass_fused_moe before 0.3.0) are checked as the
+    # patch's are, and only an op boundary's shapes name them.
+    cutlass = (Path(__file__).parents[1] / "patches" / f"{CUTLASS_MOE}.toml").read_text()
+    one = 'returns = 1\ncheck = "_check_shape_dtype_device"'
+    assert cutlass.count(one) == 3
+    with pytest.raises(RegistryError, match="listed = true needs returns of 1 or more"):
+        parse_patch("x.toml", cutlass.replace(one, one.replace("1", "0"), 1))
+    with pytest.raises(RegistryError, match=r"shape 0\.2\.9: check '_check shape_dtype_dev"):
+        parse_patch("x.toml", cutlass.replace(one, one.replace("_check_shape", "_check shape"), 1))
+    crash = (Path(__file__).parents[1] / "patches" / "cuda-version-torch-first.toml").read_text()
+    with pytest.raises(RegistryError, match="returns and check are an op boundary's"):
+        parse_patch(
+            "x.toml", crash.replace('text = "torch-first"', 'text = "torch-first"\nreturns = 1', 1)
         )
 
 
@@ -1008,6 +1024,73 @@ def test_cutlass_fused_moe_on_the_0_6_shapes(
         f"eagerly, and its op and the op's fake give the eager call's shapes, strides, dtypes "
         f"and errors ({refused}))"
     )
+    assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
+    assert (site_packages(venv) / MOE_CORE).read_bytes() == released_text(
+        release(version), MOE_CORE
+    )
+
+
+CUTLASS_LISTED_ONE = """
+import json
+
+import torch
+
+import flashinfer.utils as utils
+
+
+def returned_and_written(name):
+    schema = getattr(torch.ops.fi_patch, name).default._schema
+    written = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
+    return str(schema).split(") -> ")[1] + " " + " ".join(written)
+
+
+entry = utils._fi_patch_boundaries["cutlass_fused_moe"]
+names = ("cutlass_fused_moe", "cutlass_fused_moe_writes", "cutlass_fused_moe_out")
+print(json.dumps({
+    "ready": entry.ready,
+    "schemas": [returned_and_written(n) for n in names if hasattr(torch.ops.fi_patch, n)],
+}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("version", "refused"),
+    [
+        pytest.param(
+            "0.2.9",
+            "an output of too few rows, the min-latency mode, use_deepseek_fp8_block_scale=True, "
+            "use_w4a8_group_scaling=True, use_mxfp8_act_scaling=True",
+            id="0.2.9: W4A8 and MXFP8 refused",
+        ),
+        pytest.param(
+            "0.2.13",
+            "an output of too few rows, the min-latency mode, use_deepseek_fp8_block_scale=True",
+            id="0.2.13: MXFP8 taken",
+            marks=SLOW,
+        ),
+    ],
+)
+def test_cutlass_fused_moe_before_0_3_is_an_op_of_one_output(
+    runner: CliRunner, venv_with: MakeVenv, version: str, refused: str
+) -> None:
+    """Before 0.3.0 the kernel module returns a list of one, and the function checks a given
+    output with _check_shape_dtype_device: the shapes' own returns and check make the op return
+    the output alone and its out op nothing. Red before, green after with what the Blackwell
+    build refuses in the function itself; revert gives RECORD's bytes."""
+    venv = venv_with(version)
+    named = ("--patch", DECLARED, "--patch", CUTLASS_MOE)
+    run = fi_patch(runner, "apply", "--venv", venv, *named, "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    proofs = patch_result(run.json, CUTLASS_MOE)["verification"]
+    assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
+    taken = ", use_mxfp8_act_scaling=True, which it takes" if version == "0.2.13" else ""
+    assert proofs["after"]["summary"] == (
+        f"passes (cutlass_fused_moe traces to one fi_patch op per call ({CUTLASS_ONE}{taken}), "
+        "runs as it is eagerly, and its op and the op's fake give the eager call's shapes, "
+        f"strides, dtypes and errors ({refused}))"
+    )
+    seen = in_target(venv, CUTLASS_LISTED_ONE)
+    assert seen == {"ready": True, "schemas": ["Tensor ", "() output"]}
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert (site_packages(venv) / MOE_CORE).read_bytes() == released_text(
         release(version), MOE_CORE

@@ -136,7 +136,8 @@ def _definitions(patch: Patch, shape: Shape) -> list[_Statement]:
     if shape.text is None:
         return []
     if isinstance(operation, Boundary):
-        return list(cst.parse_module(operation.statements(patch.function, shape.text)).body)
+        placed = operation.for_shape(shape).statements(patch.function, shape.text)
+        return list(cst.parse_module(placed).body)
     if not isinstance(operation, InsertFirst):
         return []
     text = operation.definitions.get(shape.text)

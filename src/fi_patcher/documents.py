@@ -167,6 +167,9 @@ def patch_json(patch: Patch) -> dict[str, Any]:
                 "range": span(s.versions),
                 "note": s.note,
                 "target": s.target or patch.target,
+                # An op boundary's own returns and check for these texts, where they differ.
+                **({} if s.returns is None else {"returns": s.returns}),
+                **({} if s.check is None else {"check": s.check}),
             }
             for s in patch.shapes
         ],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -148,6 +148,15 @@ class Boundary:
 
     kind = "op-boundary"
 
+    def for_shape(self, shape: Shape) -> Boundary:
+        """The boundary as `shape`'s texts take it: its own `returns` and `check`, where it
+        names them."""
+        return replace(
+            self,
+            returns=self.returns if shape.returns is None else shape.returns,
+            check=self.check if shape.check is None else shape.check,
+        )
+
     @staticmethod
     def _dict(pairs: tuple[tuple[str, str | bool], ...]) -> str:
         def text(value: str | bool) -> str:
@@ -224,6 +233,12 @@ class Shape:
     its fake follows."""
     target: str | None = None
     """The file, where these releases keep the function elsewhere than the patch's `target`."""
+    returns: int | None = None
+    """For `Boundary`: how many tensors these texts return, where not the patch's `returns`
+    (cutlass_fused_moe before 0.3.0: the list of one its kernel module gives back)."""
+    check: str | None = None
+    """For `Boundary`: FlashInfer's check these texts call, where not the patch's `check`
+    (cutlass_fused_moe before 0.3.0: `_check_shape_dtype_device`)."""
 
 
 @dataclass(frozen=True)

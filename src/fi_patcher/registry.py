@@ -260,6 +260,8 @@ def _parse_shape(data: dict[str, Any]) -> Shape:
         note=data["note"],
         text=data.get("text"),
         target=data.get("target"),
+        returns=int(data["returns"]) if "returns" in data else None,
+        check=data.get("check"),
     )
 
 
@@ -391,7 +393,20 @@ def _validate(name: str, patch: Patch) -> None:
             if definitions and s.text not in definitions
         ]
     if isinstance(patch.operation, Boundary):
-        problems += _boundary_problems(patch, patch.operation)
+        # Each shape's boundary, with its own returns and check where it names them.
+        boundaries = [patch.operation, *(patch.operation.for_shape(s) for s in patch.shapes)]
+        problems += dict.fromkeys(p for b in boundaries for p in _boundary_problems(patch, b))
+        problems += [
+            f"shape {s.name}: check {s.check!r} is not a function's name"
+            for s in patch.shapes
+            if s.check is not None and not s.check.isidentifier()
+        ]
+    else:
+        problems += [
+            f"shape {s.name}: returns and check are an op boundary's"
+            for s in patch.shapes
+            if s.returns is not None or s.check is not None
+        ]
     for exemption in patch.not_applicable:
         told = [exemption.absent, exemption.defines, exemption.function_sha256 or None]
         if sum(t is not None for t in told) != 1:

@@ -614,7 +614,8 @@ def _fused_moe(f):
 
 
 def _cutlass_moe(f, experts, top_k, hidden, inter):
-    """cutlass_fused_moe where fi-patch gives it an op (0.4.1 on), bfloat16 unquantized, the
+    """cutlass_fused_moe where fi-patch gives it an op (0.2.9 - 0.2.14.post1, 0.4.1 on; the list
+    it returns holds the output alone before 0.3.0), bfloat16 unquantized, the
     routing given as experts and their scales: as SGLang calls it (by keyword, into an output of
     its own, tune_max_num_tokens the next power of two of the token count, the first of the four
     it returns: the other three are unwritten buffers) over a dynamic token count; positionally

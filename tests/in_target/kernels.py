@@ -22,6 +22,7 @@ import contextlib
 import functools
 import math
 import sys
+import types
 
 import torch
 
@@ -390,7 +391,11 @@ class _CutlassMoe:
     fc2 @ (act(gate) * up) with fc1 @ x = (gate, up), act silu (Swiglu) or gelu (Geglu): the
     activation_type after the tactics (the last list it is given, then enable_pdl; 0.4.1 passes
     none: Swiglu), and after it (0.6.16 on) workspace_buffer, whose first bytes it writes (the
-    token count, counting up)."""
+    token count, counting up). It returns the output, as the kernel's runMoe does before 0.4.0,
+    whose kernel module gives it back in a list of one (later modules ignore what it returns).
+    Before 0.3.0 the runner is a TorchScript class the build loads, by name (0.2.13 on: the
+    build gives the class) or from torch.classes (0.2.9 - 0.2.12); its tactics come last, or
+    before enable_pdl (0.2.11.post2 on), and there is no activation: Swiglu."""
 
     @torch.no_grad()
     def run_moe(self, output, x, experts, scales, fc1, fc1_bias, fc2, fc2_bias, *rest):
@@ -413,6 +418,7 @@ class _CutlassMoe:
         if workspace is not None:
             count = torch.arange(8, dtype=torch.uint8) + x.shape[0]
             workspace[:8].copy_(count)
+        return output
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -998,7 +1004,10 @@ class _Spec:
     def __init__(self, made_by=""):
         self.made_by = made_by
 
-    def build_and_load(self, *args, **kwargs):
+    def build_and_load(self, *args, class_name=None, **kwargs):
+        # Before 0.3.0 the CUTLASS MoE's build loads its runner's class (0.2.13 on: gives it).
+        if class_name is not None:
+            return CLASSES[class_name]
         return Kernels(self.made_by)
 
     def get_library_path(self):
@@ -1006,6 +1015,11 @@ class _Spec:
 
     def get_library_paths(self):
         return []
+
+
+CLASSES = {"FusedMoeRunner": _cutlass_moe_init}
+"""The TorchScript classes a build loads by name (torch.classes.fused_moe_sm100 in 0.2.9 -
+0.2.12), each a function that makes one."""
 
 
 def _spec(made_by, *args, **kwargs):
@@ -1087,6 +1101,8 @@ def install():
     torch.cuda.device = _device
     # cutlass_fused_moe asks it itself before 0.6.16 (later, get_compute_capability(device)).
     torch.cuda.get_device_capability = _capability
+    # 0.2.9 - 0.2.12's CUTLASS MoE makes its runner from the build's TorchScript class.
+    torch.classes.fused_moe_sm100 = types.SimpleNamespace(**CLASSES)
     for name, module in list(sys.modules.items()):
         if not name.startswith("flashinfer") or module is None:
             continue

@@ -149,10 +149,10 @@ in flashinfer/gemm/gemm_base.py, QUANTIZERS, in flashinfer/sampling.py the sampl
 TOP_K, TOP_K_TOP_P, TOP_P, from 0.6.7) and the renorm samplers (MASK, TOP_K_RENORM,
 TOP_P_RENORM, from 0.6.0), concat_mla_k (CONCAT) in CONCAT_OPS and fused_topk_deepseek
 (TOPK_DEEPSEEK) in ROUTING_DSV3, from 0.6.0, MOE in MOE_CORE, from 0.2.9 (as MOE says),
-cutlass_fused_moe (CUTLASS_MOE) in MOE_CORE, from 0.4.1, the single-request attention
-(SINGLE_DECODE in DECODE, SINGLE_PREFILL in PREFILL), from 0.2.6, the wrappers' run()
-(BATCH_DECODE in DECODE, BATCH_PREFILL and BATCH_RAGGED in PREFILL), from 0.6.0, and
-trtllm_batch_decode_with_kv_cache (TRTLLM_DECODE in DECODE), from 0.6.0."""
+cutlass_fused_moe (CUTLASS_MOE) in MOE_CORE, from 0.2.9 (not in 0.3.0 - 0.4.0), the
+single-request attention (SINGLE_DECODE in DECODE, SINGLE_PREFILL in PREFILL), from 0.2.6, the
+wrappers' run() (BATCH_DECODE in DECODE, BATCH_PREFILL and BATCH_RAGGED in PREFILL), from 0.6.0,
+and trtllm_batch_decode_with_kv_cache (TRTLLM_DECODE in DECODE), from 0.6.0."""
 ACTIVATION = "flashinfer/activation.py"
 GEMM = "flashinfer/gemm/gemm_base.py"
 FP8_QUANT = "flashinfer/quantization/fp8_quantization.py"
@@ -832,6 +832,11 @@ OWN_SHAPES: dict[str, dict[str, tuple[str, str]]] = {
     },
     CUTLASS_MOE: _in_moe_core(
         {
+            "0.2.9": "0.2.9",
+            "0.2.11.post2": "0.2.11.post2",
+            "0.2.13": "0.2.13",
+            "0.2.14": "0.2.13",
+            "0.2.14.post1": "0.2.13",
             "0.5.0": "0.5.0",
             "0.6.0": "0.6.0",
             "0.6.0rc1": "0.6.0",

@@ -1586,19 +1586,25 @@ def _fi_patch_fake_trtllm_moe(values: "Dict[str, Any]", rule: "str", check: "Any
 # returns beside it. min_latency_mode raises NotImplementedError in every release, and
 # profile_ids of other than two tactics ValueError (the kernel module's op, before its kernel),
 # where the release reads them. The rule is how the release checks its tactics and its
-# activation: "plain" (0.6.0 - 0.6.16.post2, 0.6.18 - 0.7.1: nothing of the activation before
+# activation: "plain" (0.4.1 - 0.6.16.post2, 0.6.18 - 0.7.1: nothing of the activation before
 # the device; before 0.6.16 no profile_ids), "tactics-ignored" (0.6.16.post3 - 0.6.17: the
 # kernel module's op runs the autotuner whatever profile_ids says) or "clamped" (0.7.2 on:
 # ClampedRelu2's limit, ValueError, and the kinds it takes, NotImplementedError; a limit without
 # it, ValueError). What the device decides (the architecture's build, FP8 block scales and the
 # Humming path on SM90 alone, ClampedRelu2 on SM10x), the autotuner and the kernel's own checks
-# run in the op.
+# run in the op. Before 0.3.0 the kernel module's op returns a list of one, the output (the
+# shape's returns), which the function checks with its _check_shape_dtype_device (the shape's
+# check), after it refuses what the Blackwell build lacks, NotImplementedError: FP8 block scales
+# and the min-latency mode, rule "one" (0.2.13 - 0.2.14.post1), and W4A8 group scaling and
+# MXFP8 activations too, in the function's order, rule "one-w4a8" (0.2.9 - 0.2.12).
 def _fi_patch_fake_cutlass_moe(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
     source, fc2 = values["input"], values["fc2_expert_weights"]
+    if rule in ("one", "one-w4a8"):
+        return _fi_patch_fake_cutlass_moe_one(values, rule, check)
     if rule == "clamped":
         _fi_patch_clamped_relu2(values, check)
     if values.get("min_latency_mode"):
-        raise NotImplementedError("min latency mode not yet implemented for Blackwell.")
+        raise NotImplementedError(_fi_patch_blackwell_lacks["min_latency_mode"] + " for Blackwell.")
     tokens, experts, dtype = source.shape[0], fc2.shape[0], values["output_dtype"]
     shape = (tokens, fc2.shape[1])
     output = values.get("output")
@@ -1615,6 +1621,31 @@ def _fi_patch_fake_cutlass_moe(values: "Dict[str, Any]", rule: "str", check: "An
     if output is None:
         return (source.new_empty(shape, dtype=dtype), *others)
     return others
+
+
+def _fi_patch_fake_cutlass_moe_one(values: "Dict[str, Any]", rule: "str", check: "Any") -> "Any":
+    source, fc2 = values["input"], values["fc2_expert_weights"]
+    refused = ["use_deepseek_fp8_block_scale", "min_latency_mode"]
+    if rule == "one-w4a8":
+        refused.insert(1, "use_w4a8_group_scaling")
+        refused.append("use_mxfp8_act_scaling")
+    for name in refused:
+        if values.get(name):
+            raise NotImplementedError(_fi_patch_blackwell_lacks[name] + " for Blackwell.")
+    shape, dtype = (source.shape[0], fc2.shape[1]), values["output_dtype"]
+    output = values.get("output")
+    if output is None:
+        return source.new_empty(shape, dtype=dtype)
+    check(output, shape, dtype, source.device, "output")
+    return None
+
+
+_fi_patch_blackwell_lacks = {
+    "use_deepseek_fp8_block_scale": "DeepSeek FP8 Block Scaling is not yet implemented in CUTLASS",
+    "use_w4a8_group_scaling": "W4A8 Group Scaling is not yet implemented",
+    "min_latency_mode": "min latency mode not yet implemented",
+    "use_mxfp8_act_scaling": "mxfp8 not yet implemented",
+}
 
 
 # single_decode_with_kv_cache (flashinfer/decode.py), which the op asks for its lse too: out as the
@@ -1894,7 +1925,7 @@ _fi_patch_boundary_rules = {
     "concat_mla_k": ("default", "backends"),
     "fused_topk_deepseek": ("checked",),
     "trtllm_moe": ("exact", "narrow", "unchecked", "per-channel", "per-channel-fp8"),
-    "cutlass_moe": ("plain", "tactics-ignored", "clamped"),
+    "cutlass_moe": ("plain", "tactics-ignored", "clamped", "one", "one-w4a8"),
     "single_decode": ("allocated",),
     "single_prefill": ("allocated",),
     "batch_decode": ("planned",),

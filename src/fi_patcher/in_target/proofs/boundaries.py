@@ -1086,12 +1086,14 @@ def _cutlass_fused_moe(torch, f):
     the routing as token_selected_experts (int32) and token_final_scales (float32). Called by
     keyword; positionally with FlashInfer's defaults; over a dynamic token count; into its own
     output as SGLang calls it (tune_max_num_tokens the next power of two of the token count,
-    the list's first taken), and the whole list of four; with an ActivationType (0.5.0 on); FP8
-    and NVFP4 weights; with workspace_buffer (0.6.16 on). Refused: an output of too few rows, the
-    min-latency mode; from 0.7.2 a clamped_relu2_limit without ClampedRelu2, and ClampedRelu2
-    without its limit. profile_ids of one tactic (0.6.16 on) is refused where the kernel module
-    reads them and a call form where it runs the autotuner whatever they say (0.6.16.post3 -
-    0.6.17): the eager call says which, and the fake must agree either way."""
+    the list's first taken), and the whole list (of four; of one before 0.3.0); with an
+    ActivationType (0.5.0 on); FP8 and NVFP4 weights; with workspace_buffer (0.6.16 on).
+    Refused: an output of too few rows, the min-latency mode; from 0.7.2 a clamped_relu2_limit
+    without ClampedRelu2, and ClampedRelu2 without its limit. profile_ids of one tactic (0.6.16
+    on) is refused where the kernel module reads them and a call form where it runs the
+    autotuner whatever they say (0.6.16.post3 - 0.6.17): the eager call says which, and the fake
+    must agree either way. Before 0.3.0, the flags the function itself refuses
+    (_cutlass_listing_one)."""
     import inspect
 
     import flashinfer.fused_moe.core as core
@@ -1167,7 +1169,7 @@ def _cutlass_fused_moe(torch, f):
         ("a dynamic token count", by_keyword, problem(40), 0),
         ("out: output=, as SGLang calls it", into, output(16), None),
         ("out: output=, a dynamic token count", sized, problem(40), 0),
-        ("out: output=, the list of four", listed, output(16), None),
+        ("out: output=, the whole list", listed, output(16), None),
         # activation_type arrives in 0.5.0 (before it, Swiglu).
         *(
             [("an ActivationType", activated, problem(16), None)]
@@ -1192,6 +1194,32 @@ def _cutlass_fused_moe(torch, f):
     return calls + more, refused + limits
 
 
+def _cutlass_listing_one(torch, core, parameters, fused, named, problem):
+    """Where the kernel module returns a list of one (before 0.4.0; the eager call says so), the
+    function refuses what the Blackwell build lacks before it asks the device, and its fake
+    must too: each flag the release has, refused where the eager call raises, a call form where
+    it does not (0.2.13's MXFP8 activations)."""
+    getter = getattr(core, "get_cutlass_fused_moe_module", None)
+    # 0.2.9 - 0.2.12 name their getter for SM100.
+    getter = getter or core.get_cutlass_fused_moe_sm100_module
+    standing = stand_ins(torch, "cutlass_fused_moe")
+    read = _run(lambda *a: fused(**named(a)), problem, getter, standing)
+    calls, refused = [], []
+    if read[0] != "returns" or len(read[1]) != 1:
+        return calls, refused
+    flags = ("use_deepseek_fp8_block_scale", "use_w4a8_group_scaling", "use_mxfp8_act_scaling")
+    for flag in (f for f in flags if f in parameters):
+
+        def flagged(*arguments, flag=flag):
+            return fused(**named(arguments, **{flag: True}))
+
+        if _run(flagged, problem, getter, standing)[0] == "raises":
+            refused.append(("%s=True" % flag, flagged, problem))
+        else:
+            calls.append(("%s=True, which it takes" % flag, flagged, problem, None))
+    return calls, refused
+
+
 def _cutlass_kind(torch, problem, sizes, activations, weights, packed, scales):
     """A quantized kind's tensors for cutlass_fused_moe: its activations, its weights with
     `packed` values to an element along the last dimension, and `scales` float32 quant_scales."""
@@ -1210,8 +1238,10 @@ def _cutlass_kind(torch, problem, sizes, activations, weights, packed, scales):
 
 def _cutlass_by_release(torch, core, parameters, fused, named, problem):
     """cutlass_fused_moe's forms and refusals where the release has their parameter:
-    workspace_buffer and profile_ids (0.6.16 on), clamped_relu2_limit (0.7.2 on)."""
-    calls, refused = [], []
+    workspace_buffer and profile_ids (0.6.16 on), clamped_relu2_limit (0.7.2 on); before 0.4.0,
+    the kinds the function itself refuses or takes (FP8 block scales, W4A8 group scaling and
+    MXFP8 activations)."""
+    calls, refused = _cutlass_listing_one(torch, core, parameters, fused, named, problem)
     if "workspace_buffer" in parameters:
 
         def carved(*arguments):
@@ -1253,7 +1283,8 @@ class _Hostless(object):
     """torch as the entry point's module sees it on a host without a driver: torch.cuda.device(d),
     which cutlass_fused_moe enters around its kernel module's call (0.6.16 on), a context that
     does nothing (on a meta or CPU device torch raises); torch.cuda.get_device_capability(),
-    which it asks itself before 0.6.16, an SM100 host's answer; everything else torch's own."""
+    which it asks itself before 0.6.16, an SM100 host's answer; torch.classes, the stand-in
+    runner's class (0.2.9 - 0.2.12); everything else torch's own."""
 
     def __init__(self, module, cuda=False):
         self._module = module
@@ -1267,7 +1298,22 @@ class _Hostless(object):
             return lambda *args, **kwargs: contextlib.nullcontext()
         if self._cuda and name == "get_device_capability":
             return lambda *args, **kwargs: (10, 0)
+        if name == "classes" and not self._cuda:
+            # 0.2.9 - 0.2.12's MoERunner makes its runner from torch.classes (the build's
+            # TorchScript class): the stand-in runner.
+            return _Classes()
         return _Hostless(value, cuda=True) if name == "cuda" and not self._cuda else value
+
+
+class _Classes(object):
+    """torch.classes as 0.2.9 - 0.2.12's CUTLASS MoE reads it: every namespace's every class is
+    the stand-in runner's."""
+
+    def __init__(self, namespace=None):
+        self._namespace = namespace
+
+    def __getattr__(self, name):
+        return Runners() if self._namespace else _Classes(name)
 
 
 def _moe_inputs(torch, name, experts, hidden, inter):
@@ -1567,6 +1613,8 @@ def stand_ins(torch, name):
         # Its getter builds the architecture's kernels; MoERunner asks them for a runner.
         return {
             "get_cutlass_fused_moe_module": RUNNERS,
+            # 0.2.9 - 0.2.12's getter, for SM100 alone.
+            "get_cutlass_fused_moe_sm100_module": RUNNERS,
             "get_compute_capability": lambda device: (10, 0),
             "torch": _Hostless(torch),
         }
@@ -1665,7 +1713,8 @@ def built(getter, stub=None):
     inner = getattr(getter, "__wrapped__", getter)
 
     class Spec(object):
-        def build_and_load(self):
+        # Before 0.3.0 the CUTLASS MoE's getter names the class it loads (class_name).
+        def build_and_load(self, **kwargs):
             return stub() if stub is not None else Stub()
 
         # 0.7's trtllm MoE getter asks where its libraries are.
@@ -1753,12 +1802,25 @@ class Curried(Stub):
 
 class Runners(Stub):
     """A Stub whose init() gives a runner whose every kernel does nothing (the CUTLASS MoE's
-    MoERunner keeps what init gives, and runs its kernels)."""
+    MoERunner keeps what init gives, and runs its kernels); before 0.3.0 the module is the
+    runner's class, which MoERunner calls."""
+
+    def __call__(self, *args, **kwargs):
+        return Runner()
 
     def __getattr__(self, name):
         if name == "init":
-            return lambda *args, **kwargs: Stub()
+            return lambda *args, **kwargs: Runner()
         return Stub.__getattr__(self, name)
+
+
+class Runner(Stub):
+    """The CUTLASS MoE's runner: run_moe returns the output it is given, as the kernel's runMoe
+    does before 0.4.0 (whose kernel module returns it in a list of one); the later kernel
+    modules ignore what it returns. Every other kernel does nothing."""
+
+    def run_moe(self, output, *args, **kwargs):
+        return output
 
 
 def prove(ctx):
