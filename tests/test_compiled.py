@@ -195,11 +195,13 @@ def test_compiled_equals_eager(
 
 
 # The fused MoE's texts before 0.6.8, each with cases of its own: 0.2.10 (FP8 without enable_pdl,
-# the routed FP4's kernel of 30 arguments; its unrouted FP4 stays as it is), 0.2.13 (FP4 without
-# gated_act_type: a kernel of 32 arguments, as 0.5.0 - 0.6.7.post3's, read otherwise), 0.3.0 (FP4's
-# tile_tokens_dim, 8 by default, and the kernel's list returned; FP8's kernels allocate the output
-# they return, and its n_group is an int), 0.4.1 (CUTLASS arrives, without activation_type; FP8's
-# kernels write the output they are passed), 0.5.3 (BF16 arrives; FP8 takes tune_max_num_tokens),
+# the routed FP4's kernel of 30 arguments; its unrouted FP4 stays as it is; CUTLASS's runner a
+# TorchScript class from torch.classes, its list of one), 0.2.13 (FP4 without gated_act_type: a
+# kernel of 32 arguments, as 0.5.0 - 0.6.7.post3's, read otherwise; CUTLASS's runner class given by
+# its build), 0.3.0 (FP4's tile_tokens_dim, 8 by default, and the kernel's list returned; FP8's
+# kernels allocate the output they return, and its n_group is an int; CUTLASS stays as it is),
+# 0.4.1 (CUTLASS's list of four, without activation_type; FP8's kernels write the output they are
+# passed), 0.5.3 (BF16 arrives; FP8 takes tune_max_num_tokens),
 # 0.6.0 (no do_finalize: BF16's and FP8's kernels allocate the output they return, and the function
 # returns it; FP4's activation is gated_act_type) and 0.6.5 (do_finalize; MXINT4 and the routed BF16
 # arrive).
@@ -208,11 +210,15 @@ EARLY_EXPERTS = {
         "trtllm_fp8_block_scale_moe by keyword",
         "trtllm_fp8_per_tensor_scale_moe by keyword",
         "trtllm_fp4_block_scale_routed_moe into an output",
+        "cutlass_fused_moe as SGLang calls it, a dynamic token count",
+        "cutlass_fused_moe positionally",
     },
     "0.2.13": {
         "trtllm_fp4_block_scale_moe as SGLang calls it, a dynamic token count",
         "trtllm_fp4_block_scale_moe positionally",
         "trtllm_fp4_block_scale_routed_moe into an output",
+        "cutlass_fused_moe as SGLang calls it, a dynamic token count",
+        "cutlass_fused_moe positionally",
     },
     "0.3.0": {
         "trtllm_fp4_block_scale_moe as SGLang calls it, a dynamic token count",
