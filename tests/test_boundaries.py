@@ -563,10 +563,14 @@ def test_an_op_boundary_names_its_rule_and_requires_the_placed_code() -> None:
     cutlass = (Path(__file__).parents[1] / "patches" / f"{CUTLASS_MOE}.toml").read_text()
     one = 'returns = 1\ncheck = "_check_shape_dtype_device"'
     assert cutlass.count(one) == 3
-    with pytest.raises(RegistryError, match="listed = true needs returns of 1 or more"):
+    with pytest.raises(RegistryError, match=r"shape 0\.2\.9: listed = true needs returns of 1"):
         parse_patch("x.toml", cutlass.replace(one, one.replace("1", "0"), 1))
-    with pytest.raises(RegistryError, match=r"shape 0\.2\.9: check '_check shape_dtype_dev"):
+    with pytest.raises(RegistryError, match=r"shape 0\.2\.9: check = '_check shape_dtype_dev"):
         parse_patch("x.toml", cutlass.replace(one, one.replace("_check_shape", "_check shape"), 1))
+    with pytest.raises(RegistryError, match=r"shape 0\.2\.9: check = 5 is not a function's"):
+        parse_patch("x.toml", cutlass.replace(one, "returns = 1\ncheck = 5", 1))
+    with pytest.raises(RegistryError, match=r"shape 0\.2\.9: returns = True is not a whole"):
+        parse_patch("x.toml", cutlass.replace(one, one.replace("1", "true"), 1))
     crash = (Path(__file__).parents[1] / "patches" / "cuda-version-torch-first.toml").read_text()
     with pytest.raises(RegistryError, match="returns and check are an op boundary's"):
         parse_patch(

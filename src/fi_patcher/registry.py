@@ -260,9 +260,23 @@ def _parse_shape(data: dict[str, Any]) -> Shape:
         note=data["note"],
         text=data.get("text"),
         target=data.get("target"),
-        returns=int(data["returns"]) if "returns" in data else None,
-        check=data.get("check"),
+        returns=_count(data.get("returns"), f"shape {data['name']}: returns"),
+        check=_name(data.get("check"), f"shape {data['name']}: check"),
     )
+
+
+def _count(value: Any, name: str) -> int | None:
+    """A TOML integer, or None where absent; refused as anything else (true is no count)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"{name} = {value!r} is not a whole number")
+    return value
+
+
+def _name(value: Any, name: str) -> str | None:
+    """A TOML string that is a Python name, or None where absent."""
+    if value is not None and not (isinstance(value, str) and value.isidentifier()):
+        raise TypeError(f"{name} = {value!r} is not a function's name")
+    return value
 
 
 def _method_problems(patch: Patch, boundary: Boundary) -> list[str]:
@@ -393,13 +407,14 @@ def _validate(name: str, patch: Patch) -> None:
             if definitions and s.text not in definitions
         ]
     if isinstance(patch.operation, Boundary):
-        # Each shape's boundary, with its own returns and check where it names them.
-        boundaries = [patch.operation, *(patch.operation.for_shape(s) for s in patch.shapes)]
-        problems += dict.fromkeys(p for b in boundaries for p in _boundary_problems(patch, b))
+        problems += _boundary_problems(patch, patch.operation)
+        # Each shape's boundary with its own returns and check, where it names them.
         problems += [
-            f"shape {s.name}: check {s.check!r} is not a function's name"
+            f"shape {s.name}: {problem}"
             for s in patch.shapes
-            if s.check is not None and not s.check.isidentifier()
+            if s.returns is not None or s.check is not None
+            for problem in _boundary_problems(patch, patch.operation.for_shape(s))
+            if problem not in problems
         ]
     else:
         problems += [

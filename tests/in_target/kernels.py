@@ -393,9 +393,9 @@ class _CutlassMoe:
     none: Swiglu), and after it (0.6.16 on) workspace_buffer, whose first bytes it writes (the
     token count, counting up). It returns the output, as the kernel's runMoe does before 0.4.0,
     whose kernel module gives it back in a list of one (later modules ignore what it returns).
-    Before 0.3.0 the runner is a TorchScript class the build loads, by name (0.2.13 on: the
-    build gives the class) or from torch.classes (0.2.9 - 0.2.12); its tactics come last, or
-    before enable_pdl (0.2.11.post2 on), and there is no activation: Swiglu."""
+    Before 0.3.0 the runner is a TorchScript class the build loads, by name (0.2.11.post2 on:
+    the build gives the class) or from torch.classes (0.2.9 - 0.2.11.post1); its tactics come
+    last, or before enable_pdl (0.2.11.post2 on), and there is no activation: Swiglu."""
 
     @torch.no_grad()
     def run_moe(self, output, x, experts, scales, fc1, fc1_bias, fc2, fc2_bias, *rest):
@@ -1005,7 +1005,7 @@ class _Spec:
         self.made_by = made_by
 
     def build_and_load(self, *args, class_name=None, **kwargs):
-        # Before 0.3.0 the CUTLASS MoE's build loads its runner's class (0.2.13 on: gives it).
+        # Before 0.3.0 the CUTLASS MoE's build loads its runner's class (0.2.11.post2 on: gives it).
         if class_name is not None:
             return CLASSES[class_name]
         return Kernels(self.made_by)
@@ -1018,8 +1018,8 @@ class _Spec:
 
 
 CLASSES = {"FusedMoeRunner": _cutlass_moe_init}
-"""The TorchScript classes a build loads by name (torch.classes.fused_moe_sm100 in 0.2.9 -
-0.2.12), each a function that makes one."""
+"""The TorchScript classes a build loads by name (read from torch.classes.fused_moe_sm100 in
+0.2.9 - 0.2.11.post1, given by the build from 0.2.11.post2), each a function that makes one."""
 
 
 def _spec(made_by, *args, **kwargs):
@@ -1101,7 +1101,7 @@ def install():
     torch.cuda.device = _device
     # cutlass_fused_moe asks it itself before 0.6.16 (later, get_compute_capability(device)).
     torch.cuda.get_device_capability = _capability
-    # 0.2.9 - 0.2.12's CUTLASS MoE makes its runner from the build's TorchScript class.
+    # 0.2.9 - 0.2.11.post1's CUTLASS MoE makes its runner from the build's TorchScript class.
     torch.classes.fused_moe_sm100 = types.SimpleNamespace(**CLASSES)
     for name, module in list(sys.modules.items()):
         if not name.startswith("flashinfer") or module is None:

@@ -19,7 +19,8 @@
 #
 # Whatever a proof does, the runner also checks that a module was imported from FILE (not another
 # copy) and, after the patch, that FILE carries the patch's marker. The answer is framed JSON on
-# stdout: every proof's problems, summary, facts, and any error with its frames.
+# stdout: every proof's problems, summary, facts, any error with its frames, and the seconds it
+# took in this process (benchmarks/run.py reads them; fi-patch does not).
 import contextlib
 import json
 import os
@@ -205,7 +206,12 @@ try:
     answer["packaging_version"] = packaging.__version__
 except Exception:
     pass
-answer["proofs"] = [run(request, torch_error) for request in requests]
+answer["proofs"] = []
+for request in requests:
+    start = time.perf_counter()
+    proved = run(request, torch_error)
+    proved["seconds"] = round(time.perf_counter() - start, 4)
+    answer["proofs"].append(proved)
 sys.stdout.write("\n" + BEGIN + json.dumps(answer, default=repr) + END + "\n")
 sys.stdout.flush()
 sys.stderr.flush()

@@ -46,7 +46,8 @@ _fi_patch_boundaries: "Dict[str, _FiPatchBoundary]" = {}
 # nothing (`returns` 0) is an op that returns nothing, and one that returns its output and writes
 # optional parameters has the op NAME_writes for a call that passes one of them. An entry point
 # that returns its outputs in a list (`listed`: trtllm_fp4_block_scale_moe,
-# trtllm_mxint4_block_scale_moe, one; cutlass_fused_moe, four) has an op that returns the tensors,
+# trtllm_mxint4_block_scale_moe, one; cutlass_fused_moe, four, and one before 0.3.0, where its
+# shapes name their own returns and check) has an op that returns the tensors,
 # and its routing function gives the list back; where it returns more than one and one of them is
 # its out parameter (cutlass_fused_moe's output, first), its out op writes that and returns the
 # others.

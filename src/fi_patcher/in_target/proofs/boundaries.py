@@ -1198,7 +1198,7 @@ def _cutlass_listing_one(torch, core, parameters, fused, named, problem):
     """Where the kernel module returns a list of one (before 0.4.0; the eager call says so), the
     function refuses what the Blackwell build lacks before it asks the device, and its fake
     must too: each flag the release has, refused where the eager call raises, a call form where
-    it does not (0.2.13's MXFP8 activations)."""
+    it does not (0.2.13's W4 group scaling and MXFP8 activations)."""
     getter = getattr(core, "get_cutlass_fused_moe_module", None)
     # 0.2.9 - 0.2.12 name their getter for SM100.
     getter = getter or core.get_cutlass_fused_moe_sm100_module
@@ -1207,7 +1207,13 @@ def _cutlass_listing_one(torch, core, parameters, fused, named, problem):
     calls, refused = [], []
     if read[0] != "returns" or len(read[1]) != 1:
         return calls, refused
-    flags = ("use_deepseek_fp8_block_scale", "use_w4a8_group_scaling", "use_mxfp8_act_scaling")
+    flags = (
+        "use_deepseek_fp8_block_scale",
+        "use_w4a8_group_scaling",
+        # 0.2.13's name for it, which the function takes.
+        "use_w4_group_scaling",
+        "use_mxfp8_act_scaling",
+    )
     for flag in (f for f in flags if f in parameters):
 
         def flagged(*arguments, flag=flag):
@@ -1284,7 +1290,7 @@ class _Hostless(object):
     which cutlass_fused_moe enters around its kernel module's call (0.6.16 on), a context that
     does nothing (on a meta or CPU device torch raises); torch.cuda.get_device_capability(),
     which it asks itself before 0.6.16, an SM100 host's answer; torch.classes, the stand-in
-    runner's class (0.2.9 - 0.2.12); everything else torch's own."""
+    runner's class (0.2.9 - 0.2.11.post1); everything else torch's own."""
 
     def __init__(self, module, cuda=False):
         self._module = module
@@ -1299,15 +1305,15 @@ class _Hostless(object):
         if self._cuda and name == "get_device_capability":
             return lambda *args, **kwargs: (10, 0)
         if name == "classes" and not self._cuda:
-            # 0.2.9 - 0.2.12's MoERunner makes its runner from torch.classes (the build's
+            # 0.2.9 - 0.2.11.post1's MoERunner makes its runner from torch.classes (the build's
             # TorchScript class): the stand-in runner.
             return _Classes()
         return _Hostless(value, cuda=True) if name == "cuda" and not self._cuda else value
 
 
 class _Classes(object):
-    """torch.classes as 0.2.9 - 0.2.12's CUTLASS MoE reads it: every namespace's every class is
-    the stand-in runner's."""
+    """torch.classes as 0.2.9 - 0.2.11.post1's CUTLASS MoE reads it: every namespace's every
+    class is the stand-in runner's."""
 
     def __init__(self, namespace=None):
         self._namespace = namespace
@@ -1713,7 +1719,8 @@ def built(getter, stub=None):
     inner = getattr(getter, "__wrapped__", getter)
 
     class Spec(object):
-        # Before 0.3.0 the CUTLASS MoE's getter names the class it loads (class_name).
+        # Before 0.3.0 the CUTLASS MoE's getter names the class it loads (class_name), which the
+        # build gives from 0.2.11.post2.
         def build_and_load(self, **kwargs):
             return stub() if stub is not None else Stub()
 
