@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 
 from fi_patcher import __version__
 from fi_patcher.model import Boundary, InsertFirst, KeywordArguments, Shape
@@ -112,7 +113,10 @@ def _edit(version: str, relpath: str, patch: str) -> _Edit:
     shape = PATCHES[patch].shape_named(RELEASES[version].shapes[patch])
     assert shape is not None and shape.text is not None
     if isinstance(operation, Boundary):
-        return _boundary(node, patch, operation, shape.text)
+        # A shape's own returns and check (cutlass_fused_moe's before 0.3.0) are the call's.
+        returns = operation.returns if shape.returns is None else shape.returns
+        check = operation.check if shape.check is None else shape.check
+        return _boundary(node, patch, replace(operation, returns=returns, check=check), shape.text)
     return _insert_first(lines, node, patch, operation, shape.text)
 
 
