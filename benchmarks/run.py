@@ -24,6 +24,7 @@ import venv as venv_module
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -31,6 +32,15 @@ sys.path.insert(0, str(ROOT))
 from tests.support.deps import CUDA_TORCH, shared, use  # noqa: E402
 from tests.support.releases import RELEASES  # noqa: E402
 from tests.support.venvs import clone, install  # noqa: E402
+
+from fi_patcher.environment import script_text  # noqa: E402
+from fi_patcher.registry import load_patches  # noqa: E402
+
+# The proof runner's frame around its answer (src/fi_patcher/in_target/prove.py).
+BEGIN, END = "<<<fi-patch-probe>>>", "<<<fi-patch-probe-end>>>"
+# Where each proof's own cost is measured: the newest release, and 0.2.13, whose fused MoE (the
+# CUTLASS one's list of one among them) has the oldest texts fi-patch gives ops.
+PROOF_RELEASES = ("0.7.4", "0.2.13")
 
 FI_PATCH = [sys.executable, "-m", "fi_patcher"]
 # VmHWM, not getrusage: Linux carries ru_maxrss across fork and exec, so a child of this (larger)
@@ -141,23 +151,52 @@ class Bench:
         self.work = work
         self.rounds = rounds
         self.count = 0
-        torch = shared(CUDA_TORCH)
-        self.templates = {}
-        for version in ("0.7.4", "0.7.0"):
-            template = work / f"template-{version}"
-            venv_module.EnvBuilder(with_pip=True, symlinks=True).create(template)
-            install(template, RELEASES[version])
-            use(template, torch)
-            self.templates[version] = template
+        self.torch = shared(CUDA_TORCH)
+        self.templates: dict[str, Path] = {}
 
     def venv(self, version: str = "0.7.4") -> Path:
+        """A fresh clone of the release's template venv, the template made at its first use."""
+        if version not in self.templates:
+            template = self.work / f"template-{version}"
+            venv_module.EnvBuilder(with_pip=True, symlinks=True).create(template)
+            install(template, RELEASES[version])
+            use(template, self.torch)
+            self.templates[version] = template
         self.count += 1
         return clone(self.templates[version], self.work / f"venv-{self.count}")
 
-    def patched(self) -> Path:
-        venv = self.venv()
+    def patched(self, version: str = "0.7.4") -> Path:
+        venv = self.venv(version)
         run([*FI_PATCH, "apply", "--venv", venv, "--no-verify"])
         return venv
+
+    def proof_costs(self, version: str) -> dict[str, dict[str, float]]:
+        """Each proof's own seconds, as the proof runner measures it, by patch: every proof of
+        the patches the release takes run in one runner, as fi-patch runs a share of them,
+        before the write on the release as installed and after it with every patch applied.
+        The runner's start (importing torch and FlashInfer) is in none of them."""
+        stock, patched = self.venv(version), self.patched(version)
+        checked = subprocess.run(
+            [*FI_PATCH, "check", "--venv", patched, "--json"], capture_output=True, text=True
+        )
+        entries = json.loads(checked.stdout)["results"][0]["patches"]
+        catalog = {patch.id: patch for patch in load_patches()}
+        taken = [(e["patch"], e["file"]) for e in entries if e["state"] == "patched"]
+        costs: dict[str, dict[str, float]] = {}
+        for mode, venv in (("before", stock), ("after", patched)):
+            requests = [
+                {
+                    "patch": patch,
+                    "mode": mode,
+                    "file": file.replace(str(patched), str(venv), 1),
+                    "marker": catalog[patch].marker_prefix,
+                    "source": script_text(f"proofs/{catalog[patch].proof.script}"),
+                }
+                for patch, file in taken
+            ]
+            for proof in proofs_run(venv, requests):
+                costs.setdefault(proof["patch"], {})[mode] = proof["seconds"]
+        return costs
 
     def check_vs_pip_show(self) -> dict[str, object]:
         venv = self.venv()
@@ -348,6 +387,24 @@ class Bench:
         }
 
 
+def proofs_run(venv: Path, requests: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """The proof runner's answer to `requests`, in one process of the venv's python."""
+    completed = subprocess.run(
+        [
+            venv / "bin" / "python",
+            "-I",
+            "-B",
+            ROOT / "src" / "fi_patcher" / "in_target" / "prove.py",
+        ],
+        input=json.dumps({"proofs": requests}),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    framed = completed.stdout.split(BEGIN, 1)[1].split(END, 1)[0]
+    return list(json.loads(framed)["proofs"])
+
+
 def figure(name: str, a: float, b: float, ratio: float, goal: str, met: bool) -> dict[str, object]:
     return {
         "name": name,
@@ -363,11 +420,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=8, help="runs of each side (default 8)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results.json")
+    parser.add_argument(
+        "--proofs-only",
+        action="store_true",
+        help="only each proof's own seconds (a few minutes), written to benchmarks/proofs.json",
+    )
     arguments = parser.parse_args()
     started = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="fi-patch-bench-"))
     try:
         bench = Bench(work, arguments.rounds)
+        costs = {version: bench.proof_costs(version) for version in PROOF_RELEASES}
+        show_costs(costs)
+        write_costs(costs, time.perf_counter() - started)
+        if arguments.proofs_only:
+            return
         rows = [
             bench.check_vs_pip_show(),
             bench.check_vs_bare_start(),
@@ -401,6 +468,27 @@ def main() -> None:
             f"{row['goal']:<10} {'yes' if row['met'] else 'NO'}"
         )
     print(f"({result['machine']}; {result['seconds']} s; written to {arguments.out})")
+
+
+def show_costs(costs: dict[str, dict[str, dict[str, float]]]) -> None:
+    for version, by_patch in costs.items():
+        print(f"each proof's own seconds in one runner, FlashInfer {version}")
+        print(f"{'patch':<54} {'before':>8} {'after':>8}")
+        for patch, modes in sorted(by_patch.items()):
+            print(f"{patch:<54} {modes.get('before', 0):>8.2f} {modes.get('after', 0):>8.2f}")
+        before = sum(m.get("before", 0) for m in by_patch.values())
+        after = sum(m.get("after", 0) for m in by_patch.values())
+        print(f"{f'all {len(by_patch)}':<54} {before:>8.2f} {after:>8.2f}")
+
+
+def write_costs(costs: dict[str, dict[str, dict[str, float]]], seconds: float) -> None:
+    result = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        "seconds": round(seconds, 1),
+        "proofs": costs,
+    }
+    (ROOT / "benchmarks" / "proofs.json").write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -1069,7 +1069,7 @@ print(json.dumps({
         pytest.param(
             "0.2.13",
             "an output of too few rows, the min-latency mode, use_deepseek_fp8_block_scale=True",
-            id="0.2.13: MXFP8 taken",
+            id="0.2.13: W4 and MXFP8 taken",
             marks=SLOW,
         ),
     ],
@@ -1087,7 +1087,12 @@ def test_cutlass_fused_moe_before_0_3_is_an_op_of_one_output(
     assert run.code == ExitCode.OK, run.stdout
     proofs = patch_result(run.json, CUTLASS_MOE)["verification"]
     assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
-    taken = ", use_mxfp8_act_scaling=True, which it takes" if version == "0.2.13" else ""
+    # 0.2.13 takes W4 group scaling (renamed) and MXFP8 activations.
+    taken = (
+        ", use_w4_group_scaling=True, which it takes, use_mxfp8_act_scaling=True, which it takes"
+        if version == "0.2.13"
+        else ""
+    )
     assert proofs["after"]["summary"] == (
         f"passes (cutlass_fused_moe traces to one fi_patch op per call ({CUTLASS_ONE}{taken}), "
         "runs as it is eagerly, and its op and the op's fake give the eager call's shapes, "
