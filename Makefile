@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test test-slow lint demo bench dist gpu-check clean
+.PHONY: dev test test-slow lint demo bench bench-proofs dist gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ demo:
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+bench-proofs: $(STAMP)
+	$(BIN)/python benchmarks/run.py --proofs-only
 
 # The wheel and sdist to install fi-patch from (it is not on the package index): dist/.
 dist: $(STAMP)
