@@ -985,6 +985,21 @@ def tool_0_7_0(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return released_tool(RELEASE_0_7_0, tmp_path_factory.mktemp("fi-patch-0.7.0"))
 
 
+def _cutlass_proven(runner: CliRunner, venv: Path, forms: str, refused: str) -> None:
+    """apply of cutlass_fused_moe's patch (and declared-ops-custom): red before, and green after
+    with the call forms and refusals given."""
+    named = ("--patch", DECLARED, "--patch", CUTLASS_MOE)
+    run = fi_patch(runner, "apply", "--venv", venv, *named, "--json")
+    assert run.code == ExitCode.OK, run.stdout
+    proofs = patch_result(run.json, CUTLASS_MOE)["verification"]
+    assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
+    assert proofs["after"]["summary"] == (
+        f"passes (cutlass_fused_moe traces to one fi_patch op per call ({forms}), runs as it is "
+        f"eagerly, and its op and the op's fake give the eager call's shapes, strides, dtypes "
+        f"and errors ({refused}))"
+    )
+
+
 @pytest.mark.parametrize(
     ("version", "forms", "refused"),
     [
@@ -1018,16 +1033,7 @@ def test_cutlass_fused_moe_on_the_0_6_shapes(
     after with what each release takes and refuses (profile_ids of one tactic is a call where
     the kernel module runs the autotuner whatever they say), and revert gives RECORD's bytes."""
     venv = venv_with(version)
-    named = ("--patch", DECLARED, "--patch", CUTLASS_MOE)
-    run = fi_patch(runner, "apply", "--venv", venv, *named, "--json")
-    assert run.code == ExitCode.OK, run.stdout
-    proofs = patch_result(run.json, CUTLASS_MOE)["verification"]
-    assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
-    assert proofs["after"]["summary"] == (
-        f"passes (cutlass_fused_moe traces to one fi_patch op per call ({forms}), runs as it is "
-        f"eagerly, and its op and the op's fake give the eager call's shapes, strides, dtypes "
-        f"and errors ({refused}))"
-    )
+    _cutlass_proven(runner, venv, forms, refused)
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
     assert (site_packages(venv) / MOE_CORE).read_bytes() == released_text(
         release(version), MOE_CORE
@@ -1082,22 +1088,13 @@ def test_cutlass_fused_moe_before_0_3_is_an_op_of_one_output(
     the output alone and its out op nothing. Red before, green after with what the Blackwell
     build refuses in the function itself; revert gives RECORD's bytes."""
     venv = venv_with(version)
-    named = ("--patch", DECLARED, "--patch", CUTLASS_MOE)
-    run = fi_patch(runner, "apply", "--venv", venv, *named, "--json")
-    assert run.code == ExitCode.OK, run.stdout
-    proofs = patch_result(run.json, CUTLASS_MOE)["verification"]
-    assert (proofs["before"]["passed"], proofs["after"]["passed"]) == (False, True), proofs
     # 0.2.13 takes W4 group scaling (renamed) and MXFP8 activations.
     taken = (
         ", use_w4_group_scaling=True, which it takes, use_mxfp8_act_scaling=True, which it takes"
         if version == "0.2.13"
         else ""
     )
-    assert proofs["after"]["summary"] == (
-        f"passes (cutlass_fused_moe traces to one fi_patch op per call ({CUTLASS_ONE}{taken}), "
-        "runs as it is eagerly, and its op and the op's fake give the eager call's shapes, "
-        f"strides, dtypes and errors ({refused}))"
-    )
+    _cutlass_proven(runner, venv, CUTLASS_ONE + taken, refused)
     seen = in_target(venv, CUTLASS_LISTED_ONE)
     assert seen == {"ready": True, "schemas": ["Tensor ", "() output"]}
     assert fi_patch(runner, "revert", "--venv", venv).code == ExitCode.OK
