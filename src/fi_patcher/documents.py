@@ -167,7 +167,7 @@ def patch_json(patch: Patch) -> dict[str, Any]:
                 "range": span(s.versions),
                 "note": s.note,
                 "target": s.target or patch.target,
-                # An op boundary's own returns and check for these texts, where they differ.
+                # An op boundary's own returns and check, where the shape names them.
                 **({} if s.returns is None else {"returns": s.returns}),
                 **({} if s.check is None else {"check": s.check}),
             }
