@@ -1194,15 +1194,12 @@ def _cutlass_fused_moe(torch, f):
     return calls + more, refused + limits
 
 
-def _cutlass_listing_one(torch, core, parameters, fused, named, problem):
+def _cutlass_listing_one(parameters, fused, named, problem, getter, standing):
     """Where the kernel module returns a list of one (before 0.4.0; the eager call says so), the
     function refuses what the Blackwell build lacks before it asks the device, and its fake
     must too: each flag the release has, refused where the eager call raises, a call form where
-    it does not (0.2.13's W4 group scaling and MXFP8 activations)."""
-    getter = getattr(core, "get_cutlass_fused_moe_module", None)
-    # 0.2.9 - 0.2.12 name their getter for SM100.
-    getter = getter or core.get_cutlass_fused_moe_sm100_module
-    standing = stand_ins(torch, "cutlass_fused_moe")
+    it does not (0.2.13's W4 group scaling and MXFP8 activations). The eager calls run on the
+    getter's module, with `standing`, as the proof runs every eager call."""
     read = _run(lambda *a: fused(**named(a)), problem, getter, standing)
     calls, refused = [], []
     if read[0] != "returns" or len(read[1]) != 1:
@@ -1247,7 +1244,13 @@ def _cutlass_by_release(torch, core, parameters, fused, named, problem):
     workspace_buffer and profile_ids (0.6.16 on), clamped_relu2_limit (0.7.2 on); before 0.4.0,
     the kinds the function itself refuses or takes (FP8 block scales, W4A8 group scaling and
     MXFP8 activations)."""
-    calls, refused = _cutlass_listing_one(torch, core, parameters, fused, named, problem)
+    # Eager calls run as the proof runs every eager call, on the function's own module (its name
+    # in flashinfer.fused_moe may be the routing function, whose module is flashinfer.utils),
+    # read from its kernel module's getter (0.2.9 - 0.2.12 name theirs for SM100).
+    getter = getattr(core, "get_cutlass_fused_moe_module", None)
+    getter = getter or core.get_cutlass_fused_moe_sm100_module
+    standing = stand_ins(torch, "cutlass_fused_moe")
+    calls, refused = _cutlass_listing_one(parameters, fused, named, problem, getter, standing)
     if "workspace_buffer" in parameters:
 
         def carved(*arguments):
@@ -1261,10 +1264,7 @@ def _cutlass_by_release(torch, core, parameters, fused, named, problem):
         def profiled(*arguments):
             return fused(**named(arguments, profile_ids=[0]))
 
-        # Run as the proof runs every eager call, on the function's own module (its name in
-        # flashinfer.fused_moe may be the routing function, whose module is flashinfer.utils).
-        standing = stand_ins(torch, "cutlass_fused_moe")
-        read = _run(profiled, problem, core.get_cutlass_fused_moe_module, standing)
+        read = _run(profiled, problem, getter, standing)
         if read[0] == "raises":
             refused.append(("profile_ids of one tactic", profiled, problem))
         else:
