@@ -24,7 +24,6 @@ import venv as venv_module
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -33,11 +32,9 @@ from tests.support.deps import CUDA_TORCH, shared, use  # noqa: E402
 from tests.support.releases import RELEASES  # noqa: E402
 from tests.support.venvs import clone, install  # noqa: E402
 
-from fi_patcher.environment import script_text  # noqa: E402
+from fi_patcher.proofs import VERIFY_TIMEOUT, ProofRequest, answered  # noqa: E402
 from fi_patcher.registry import load_patches  # noqa: E402
 
-# The proof runner's frame around its answer (src/fi_patcher/in_target/prove.py).
-BEGIN, END = "<<<fi-patch-probe>>>", "<<<fi-patch-probe-end>>>"
 # Where each proof's own cost is measured: the newest release, and 0.2.13, whose fused MoE (the
 # CUTLASS one's list of one among them) has the oldest texts fi-patch gives ops.
 PROOF_RELEASES = ("0.7.4", "0.2.13")
@@ -185,16 +182,11 @@ class Bench:
         costs: dict[str, dict[str, float]] = {}
         for mode, venv in (("before", stock), ("after", patched)):
             requests = [
-                {
-                    "patch": patch,
-                    "mode": mode,
-                    "file": file.replace(str(patched), str(venv), 1),
-                    "marker": catalog[patch].marker_prefix,
-                    "source": script_text(f"proofs/{catalog[patch].proof.script}"),
-                }
+                ProofRequest(catalog[patch], mode, Path(file.replace(str(patched), str(venv), 1)))
                 for patch, file in taken
             ]
-            for proof in proofs_run(venv, requests):
+            answer = answered(venv / "bin" / "python", requests, VERIFY_TIMEOUT)
+            for proof in answer["proofs"]:
                 costs.setdefault(proof["patch"], {})[mode] = proof["seconds"]
         return costs
 
@@ -385,24 +377,6 @@ class Bench:
             "goal": "<= 60",
             "met": peak <= 60,
         }
-
-
-def proofs_run(venv: Path, requests: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """The proof runner's answer to `requests`, in one process of the venv's python."""
-    completed = subprocess.run(
-        [
-            venv / "bin" / "python",
-            "-I",
-            "-B",
-            ROOT / "src" / "fi_patcher" / "in_target" / "prove.py",
-        ],
-        input=json.dumps({"proofs": requests}),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    framed = completed.stdout.split(BEGIN, 1)[1].split(END, 1)[0]
-    return list(json.loads(framed)["proofs"])
 
 
 def figure(name: str, a: float, b: float, ratio: float, goal: str, met: bool) -> dict[str, object]:

@@ -467,7 +467,7 @@ def test_proofs_dealt_among_processes_are_judged_as_in_one(
     target = open_target(venv, None, os.environ, PROBE_TIMEOUT)
     told: list[str] = []
     shares: list[list[str]] = []
-    proven = proofs._proven
+    proven = proofs.answered
 
     def progress(message: str, *, long: bool = False) -> None:
         told.append(message)
@@ -476,7 +476,7 @@ def test_proofs_dealt_among_processes_are_judged_as_in_one(
         shares.append([r.patch.id for r in requests])
         return proven(python, requests, *more)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(proofs, "_proven", counted)
+    monkeypatch.setattr(proofs, "answered", counted)
     checked = api.check(target, choose(ids), api.Options())
     alone = api.verify(target, checked, api.Options(progress=progress)).reports
     dealt = api.verify(target, checked, api.Options(progress=progress, proof_processes=3)).reports

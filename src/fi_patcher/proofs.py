@@ -241,7 +241,7 @@ def prove(
     fails the whole, as one process would, and stops the other shares' processes."""
     shares = dealt(requests, processes)
     if len(shares) <= 1:
-        answers = [_proven(python, share, timeout) for share in shares]
+        answers = [answered(python, share, timeout) for share in shares]
     else:
         answers = _in_parallel(python, shares, timeout)
     reports = {
@@ -264,7 +264,7 @@ def _in_parallel(
 
     cancel = threading.Event()
     with ThreadPoolExecutor(len(shares)) as pool:
-        futures = [pool.submit(_proven, python, share, timeout, cancel) for share in shares]
+        futures = [pool.submit(answered, python, share, timeout, cancel) for share in shares]
         try:
             pending = set(futures)
             while pending:
@@ -282,12 +282,14 @@ _SLICE = 0.1
 """Seconds the waiting thread waits for the shares before it looks at the signals again."""
 
 
-def _proven(
+def answered(
     python: Path,
     requests: Sequence[ProofRequest],
     timeout: float,
     cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
+    """The proof runner's answer to `requests`, in one fresh process of the target: each proof's
+    answer in `proofs` (with the seconds it took there, which benchmarks/run.py reads)."""
     payload = {
         "proofs": [
             {
